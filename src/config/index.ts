@@ -1,0 +1,206 @@
+/**
+ * Portcullis configuration: loading, validation and defaults.
+ *
+ * The YAML key names are a public contract; see validate.ts for the rules and
+ * README-style notes on each section. Every Config handed out is deeply frozen
+ * (TLS key material Buffers excepted: Node cannot freeze typed arrays).
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { isScalar, parseDocument, type Document } from 'yaml';
+import { formatHostPort } from './addresses';
+import { errorCode } from './files';
+import { validate } from './validate';
+import type { Config, JsonObject, ListenerConfig, TlsFiles, UpstreamConfig } from './types';
+
+export type {
+  AuditLevel,
+  Config,
+  FixedIdentity,
+  JsonObject,
+  JsonValue,
+  JwtClaimsConfig,
+  JwtConfig,
+  ListenerConfig,
+  LogLevel,
+  TcpListenerConfig,
+  TcpUpstreamConfig,
+  TlsFiles,
+  TlsMaterial,
+  UnixListenerConfig,
+  UnixUpstreamConfig,
+  UpstreamConfig,
+} from './types';
+export { formatHostPort, parseHostPort, type HostPort } from './addresses';
+export { API_MINOR_MAX, API_MINOR_MIN, AUDIT_LEVELS, JWT_ALGORITHMS, LOG_LEVELS } from './validate';
+
+/** Thrown when a configuration is invalid; `problems` lists every problem found, each prefixed by its key path. */
+export class ConfigError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[], source: string | null = null) {
+    const where = source === null ? 'built-in defaults' : source;
+    const n = problems.length;
+    super(`invalid configuration (${where}), ${n} problem${n === 1 ? '' : 's'}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'ConfigError';
+    this.problems = [...problems];
+    Object.freeze(this.problems);
+  }
+}
+
+/** Freezes an object graph in place. Buffers (typed arrays) cannot be frozen and are left as they are. */
+function deepFreeze<T>(value: T): T {
+  if (typeof value !== 'object' || value === null || ArrayBuffer.isView(value) || Object.isFrozen(value)) return value;
+  Object.freeze(value);
+  for (const key of Object.keys(value)) {
+    deepFreeze((value as { [key: string]: unknown })[key]);
+  }
+  return value;
+}
+
+/**
+ * The built-in configuration used when no config file is given: unix socket
+ * ./portcullis.sock and tcp 127.0.0.1:2375, upstream unix:///var/run/docker.sock,
+ * policies in ./policies, audit to ./audit.jsonl at level metadata, no metrics
+ * listener, log level info, API 1.24-1.56, 1 MiB JSON bodies, 10 s grace.
+ * Relative paths resolve against `cwd` (default: process.cwd()).
+ * Throws ConfigError only if the default socket path would be too long for a unix socket.
+ */
+export function defaultConfig(cwd: string = process.cwd()): Config {
+  const { config, problems } = validate({}, null, { baseDir: resolve(cwd) });
+  if (problems.length > 0) throw new ConfigError(problems, null);
+  return deepFreeze(config);
+}
+
+/** Reads, parses and validates a YAML config file. Throws ConfigError listing every problem. */
+export function loadConfig(file: string): Config {
+  const path = resolve(file);
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError([`${path}: cannot read config file (${errorCode(err)})`], path);
+  }
+  return parseConfig(text, path);
+}
+
+/** First line of a yaml library error, without the code excerpt prettyErrors appends. */
+function yamlMessage(kind: string, message: string): string {
+  const first = (message.split('\n')[0] ?? message).replace(/:\s*$/, '');
+  return `${kind}: ${first}`;
+}
+
+/**
+ * Parses and validates YAML text. `source` is the file the text came from;
+ * relative paths resolve against its directory. Throws ConfigError listing every problem.
+ */
+export function parseConfig(text: string, source: string): Config {
+  const file = resolve(source);
+  const doc: Document.Parsed = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  const problems: string[] = [
+    ...doc.errors.map((e) => yamlMessage('yaml syntax error', e.message)),
+    ...doc.warnings.map((e) => yamlMessage('yaml', e.message)),
+  ];
+  if (problems.length > 0) throw new ConfigError(problems, file);
+  if (doc.contents === null) throw new ConfigError(['(root): the configuration is empty; expected a mapping such as "listen: ..."'], file);
+
+  let value: unknown;
+  try {
+    value = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    throw new ConfigError([yamlMessage('yaml', err instanceof Error ? err.message : String(err))], file);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    const got = Array.isArray(value) ? 'a list' : value === null ? 'null' : `${typeof value} ${JSON.stringify(value)}`;
+    throw new ConfigError([`(root): expected a mapping at the top level, got ${got}`], file);
+  }
+
+  const result = validate(value as { [key: string]: unknown }, file, {
+    baseDir: dirname(file),
+    sourceOf: (keys) => {
+      const node = doc.getIn(keys, true);
+      return isScalar(node) && typeof node.source === 'string' ? node.source : undefined;
+    },
+  });
+  if (result.problems.length > 0) throw new ConfigError(result.problems, file);
+  return deepFreeze(result.config);
+}
+
+// ---------------------------------------------------------------------------
+// describeConfig
+
+function tlsSummary(t: TlsFiles): JsonObject {
+  const out: JsonObject = { cert: t.cert, key: t.key };
+  if (t.ca !== undefined) out['ca'] = t.ca;
+  return out;
+}
+
+function listenerSummary(l: ListenerConfig): JsonObject {
+  const out: JsonObject = { kind: l.kind, name: l.name };
+  if (l.kind === 'unix') {
+    out['path'] = l.path;
+    if (l.mode !== undefined) out['mode'] = `0${l.mode.toString(8).padStart(3, '0')}`;
+    if (l.group !== undefined) out['group'] = l.group;
+    if (l.gid !== undefined) out['gid'] = l.gid;
+  } else {
+    out['address'] = formatHostPort(l);
+    if (l.tls !== undefined) {
+      out['tls'] = { ...tlsSummary(l.tls), clientCertificates: l.tls.ca !== undefined ? 'required' : 'not requested' };
+    }
+  }
+  if (l.identity !== undefined) {
+    const id: JsonObject = { subject: l.identity.subject, roles: [...l.identity.roles] };
+    if (l.identity.tenant !== undefined) id['tenant'] = l.identity.tenant;
+    out['identity'] = id;
+  }
+  if (l.anonymous !== undefined) out['anonymous'] = l.anonymous;
+  return out;
+}
+
+function upstreamSummary(u: UpstreamConfig): JsonObject {
+  const out: JsonObject = { kind: u.kind, url: u.url };
+  if (u.kind === 'tcp' && u.tls !== undefined) out['tls'] = tlsSummary(u.tls);
+  return out;
+}
+
+/**
+ * A JSON-safe summary of a Config for start-up logging: no key material, and
+ * the JWT secret replaced by "<redacted>".
+ */
+export function describeConfig(c: Config): JsonObject {
+  const out: JsonObject = {
+    source: c.source,
+    listen: c.listen.map(listenerSummary),
+    upstream: upstreamSummary(c.upstream),
+    api: { minVersion: c.api.minVersion, maxVersion: c.api.maxVersion },
+    limits: { jsonBodyBytes: c.limits.jsonBodyBytes },
+  };
+  const auth: JsonObject = {};
+  const j = c.auth.jwt;
+  if (j !== undefined) {
+    const jwt: JsonObject = {};
+    if (j.secret !== undefined) jwt['secret'] = '<redacted>';
+    if (j.publicKeyFile !== undefined) jwt['publicKeyFile'] = j.publicKeyFile;
+    if (j.jwksFile !== undefined) jwt['jwksFile'] = j.jwksFile;
+    if (j.issuer !== undefined) jwt['issuer'] = j.issuer;
+    if (j.audience !== undefined) jwt['audience'] = typeof j.audience === 'string' ? j.audience : [...j.audience];
+    if (j.algorithms !== undefined) jwt['algorithms'] = [...j.algorithms];
+    if (j.clockToleranceSeconds !== undefined) jwt['clockToleranceSeconds'] = j.clockToleranceSeconds;
+    if (j.claims !== undefined) {
+      const claims: JsonObject = {};
+      for (const [k, v] of Object.entries(j.claims)) if (typeof v === 'string') claims[k] = v;
+      jwt['claims'] = claims;
+    }
+    auth['jwt'] = jwt;
+  }
+  out['auth'] = auth;
+  out['policy'] = { dir: c.policy.dir };
+  const audit: JsonObject = { level: c.audit.level, stdout: c.audit.stdout === true };
+  if (c.audit.file !== undefined) audit['file'] = c.audit.file;
+  out['audit'] = audit;
+  const metrics: JsonObject = {};
+  if (c.metrics.listen !== undefined) metrics['listen'] = formatHostPort(c.metrics.listen);
+  out['metrics'] = metrics;
+  out['log'] = { level: c.log.level };
+  out['shutdown'] = { graceSeconds: c.shutdown.graceSeconds };
+  return out;
+}

@@ -1,0 +1,119 @@
+/**
+ * Public types of the Portcullis configuration module.
+ *
+ * Every path in a loaded Config is absolute. Every object in a Config returned
+ * by this module is frozen (Buffers excepted: Node cannot freeze typed arrays).
+ */
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+export type AuditLevel = 'metadata' | 'request';
+
+/** TLS file locations; absolute paths after loading. */
+export interface TlsFiles {
+  cert: string;
+  key: string;
+  ca?: string;
+}
+
+/** The contents of the files named by TlsFiles, read at load time. */
+export interface TlsMaterial {
+  cert: Buffer;
+  key: Buffer;
+  ca?: Buffer;
+}
+
+/** An identity pinned to a listener: every request through it acts as this identity. */
+export interface FixedIdentity {
+  subject: string;
+  tenant?: string;
+  roles: string[];
+}
+
+export interface UnixListenerConfig {
+  kind: 'unix';
+  name: string;
+  /** Absolute socket path, shorter than 108 bytes. */
+  path: string;
+  /** Permission bits for the socket file, 0..0o777. */
+  mode?: number;
+  /** Group name, when known (given by name, or a numeric gid found in /etc/group). */
+  group?: string;
+  /** Numeric group id the socket should be chowned to. */
+  gid?: number;
+  identity?: FixedIdentity;
+  anonymous?: boolean;
+}
+
+export interface TcpListenerConfig {
+  kind: 'tcp';
+  name: string;
+  /** Host or IP address; IPv6 addresses are stored without brackets. */
+  host: string;
+  port: number;
+  /** When present, the listener speaks TLS; with `ca`, client certificates are required. */
+  tls?: TlsFiles & { material: TlsMaterial };
+  identity?: FixedIdentity;
+  anonymous?: boolean;
+}
+
+export type ListenerConfig = UnixListenerConfig | TcpListenerConfig;
+
+export interface UnixUpstreamConfig {
+  kind: 'unix';
+  /** Absolute socket path. */
+  path: string;
+  /** Canonical form: `unix:///abs/path`. */
+  url: string;
+}
+
+export interface TcpUpstreamConfig {
+  kind: 'tcp';
+  /** Host or IP address; IPv6 addresses are stored without brackets. */
+  host: string;
+  port: number;
+  /** Canonical form: `tcp://host:port` (IPv6 in brackets), whatever scheme was written. */
+  url: string;
+  /** When present, connect with TLS presenting this client certificate. */
+  tls?: TlsFiles & { material: TlsMaterial };
+}
+
+export type UpstreamConfig = UnixUpstreamConfig | TcpUpstreamConfig;
+
+export interface JwtClaimsConfig {
+  subject?: string;
+  tenant?: string;
+  roles?: string;
+}
+
+export interface JwtConfig {
+  /** Shared HMAC secret (HS* algorithms only). Exactly one of secret / publicKeyFile / jwksFile. */
+  secret?: string;
+  /** Absolute path of a PEM public key (RS/PS/ES algorithms only). */
+  publicKeyFile?: string;
+  /** Absolute path of a JSON Web Key Set file (RS/PS/ES algorithms only). */
+  jwksFile?: string;
+  issuer?: string;
+  audience?: string | string[];
+  algorithms?: string[];
+  clockToleranceSeconds?: number;
+  claims?: JwtClaimsConfig;
+}
+
+export interface Config {
+  /** Absolute path of the config file, null for built-in defaults. */
+  source: string | null;
+  listen: ListenerConfig[];
+  upstream: UpstreamConfig;
+  api: { minVersion: string; maxVersion: string };
+  limits: { jsonBodyBytes: number };
+  auth: { jwt?: JwtConfig };
+  policy: { dir: string };
+  audit: { file?: string; stdout?: boolean; level: AuditLevel };
+  metrics: { listen?: { host: string; port: number } };
+  log: { level: LogLevel };
+  shutdown: { graceSeconds: number };
+}
+
+/** A JSON-safe value (what describeConfig returns). */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+export type JsonObject = { [key: string]: JsonValue };

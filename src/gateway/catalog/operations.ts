@@ -1,0 +1,187 @@
+/**
+ * The Engine API operation catalog: one row per operation the gateway knows.
+ *
+ * Method + path template -> operation id exactly as the Engine API spec names it
+ * (`operationId` in ../shared/spec/engine-api-v1.*.yaml), the kind of resource the
+ * operation touches, which path parameter names it, and how its bodies travel.
+ * test/catalog.test.ts checks this table against every spec file, both ways.
+ *
+ * A path parameter written `{name*}` may span several segments, as in the engine's
+ * own router (`/images/{name:.*}/json`): image references (`localhost:5000/team/app:1`)
+ * and plugin references contain slashes.
+ */
+
+export type ResourceKind =
+  | 'container' | 'image' | 'network' | 'volume' | 'exec' | 'node' | 'service' | 'task'
+  | 'secret' | 'config' | 'plugin' | 'swarm' | 'system' | 'build' | 'distribution' | 'session'
+
+/** How the request body travels. `json`: small JSON the gateway buffers (capped) and inspects. `stream`: piped with backpressure. */
+export type RequestBody = 'none' | 'json' | 'stream'
+
+/**
+ * How the connection is used after the request.
+ * `tcp`: the engine hijacks the connection (101 UPGRADED / 200 raw stream), attach and exec-start.
+ * `h2c`: BuildKit's session and gRPC tunnels, upgraded to HTTP/2 cleartext.
+ * `websocket`: attach over WebSocket.
+ */
+export type Hijack = 'tcp' | 'h2c' | 'websocket'
+
+export interface Operation {
+  readonly id: string
+  readonly method: 'GET' | 'HEAD' | 'POST' | 'PUT' | 'DELETE'
+  readonly path: string
+  readonly kind: ResourceKind
+  /** Name of the path parameter that identifies the resource, if any. */
+  readonly param?: string
+  readonly body: RequestBody
+  /** The response is a long-lived stream (logs -f, events, pull progress, export...): never timed out, counted as active. */
+  readonly streams: boolean
+  readonly hijack?: Hijack
+  /** The API version that introduced the operation; a request naming an older version is refused. */
+  readonly minVersion?: string
+  /** Not described in the spec files (engine routes the spec leaves out). */
+  readonly unlisted?: boolean
+}
+
+type Row = [Operation['method'], string, string, ResourceKind, Partial<Omit<Operation, 'id' | 'method' | 'path' | 'kind'>>?]
+
+const S = { streams: true } as const
+const J = { body: 'json' } as const
+const B = { body: 'stream' } as const
+
+const rows: Row[] = [
+  // Containers
+  ['GET', '/containers/json', 'ContainerList', 'container'],
+  ['POST', '/containers/create', 'ContainerCreate', 'container', J],
+  ['GET', '/containers/{id}/json', 'ContainerInspect', 'container'],
+  ['GET', '/containers/{id}/top', 'ContainerTop', 'container'],
+  ['GET', '/containers/{id}/logs', 'ContainerLogs', 'container', S],
+  ['GET', '/containers/{id}/changes', 'ContainerChanges', 'container'],
+  ['GET', '/containers/{id}/export', 'ContainerExport', 'container', S],
+  ['GET', '/containers/{id}/stats', 'ContainerStats', 'container', S],
+  ['POST', '/containers/{id}/resize', 'ContainerResize', 'container'],
+  ['POST', '/containers/{id}/start', 'ContainerStart', 'container'],
+  ['POST', '/containers/{id}/stop', 'ContainerStop', 'container'],
+  ['POST', '/containers/{id}/restart', 'ContainerRestart', 'container'],
+  ['POST', '/containers/{id}/kill', 'ContainerKill', 'container'],
+  ['POST', '/containers/{id}/update', 'ContainerUpdate', 'container', J],
+  ['POST', '/containers/{id}/rename', 'ContainerRename', 'container'],
+  ['POST', '/containers/{id}/pause', 'ContainerPause', 'container'],
+  ['POST', '/containers/{id}/unpause', 'ContainerUnpause', 'container'],
+  ['POST', '/containers/{id}/attach', 'ContainerAttach', 'container', { streams: true, hijack: 'tcp' }],
+  ['GET', '/containers/{id}/attach/ws', 'ContainerAttachWebsocket', 'container', { streams: true, hijack: 'websocket' }],
+  ['POST', '/containers/{id}/wait', 'ContainerWait', 'container', S],
+  ['DELETE', '/containers/{id}', 'ContainerDelete', 'container'],
+  ['HEAD', '/containers/{id}/archive', 'ContainerArchiveInfo', 'container'],
+  ['GET', '/containers/{id}/archive', 'ContainerArchive', 'container', S],
+  ['PUT', '/containers/{id}/archive', 'PutContainerArchive', 'container', B],
+  ['POST', '/containers/prune', 'ContainerPrune', 'container', { minVersion: '1.25' }],
+  ['POST', '/containers/{id}/exec', 'ContainerExec', 'exec', J],
+
+  // Exec
+  // ExecStart hijacks unless its body says Detach: the gateway reads the body to decide.
+  ['POST', '/exec/{id}/start', 'ExecStart', 'exec', { body: 'json', streams: true, hijack: 'tcp' }],
+  ['POST', '/exec/{id}/resize', 'ExecResize', 'exec'],
+  ['GET', '/exec/{id}/json', 'ExecInspect', 'exec'],
+
+  // Images
+  ['GET', '/images/json', 'ImageList', 'image'],
+  ['POST', '/build', 'ImageBuild', 'build', { body: 'stream', streams: true }],
+  ['POST', '/build/prune', 'BuildPrune', 'build', { minVersion: '1.31' }],
+  ['POST', '/images/create', 'ImageCreate', 'image', { body: 'stream', streams: true }],
+  ['GET', '/images/{name*}/json', 'ImageInspect', 'image'],
+  ['GET', '/images/{name*}/attestations', 'ImageAttestations', 'image', { minVersion: '1.55' }],
+  ['GET', '/images/{name*}/history', 'ImageHistory', 'image'],
+  ['POST', '/images/{name*}/push', 'ImagePush', 'image', S],
+  ['POST', '/images/{name*}/tag', 'ImageTag', 'image'],
+  ['DELETE', '/images/{name*}', 'ImageDelete', 'image'],
+  ['GET', '/images/search', 'ImageSearch', 'image'],
+  ['POST', '/images/prune', 'ImagePrune', 'image', { minVersion: '1.25' }],
+  ['POST', '/commit', 'ImageCommit', 'image', J],
+  ['GET', '/images/{name*}/get', 'ImageGet', 'image', S],
+  ['GET', '/images/get', 'ImageGetAll', 'image', S],
+  ['POST', '/images/load', 'ImageLoad', 'image', { body: 'stream', streams: true }],
+
+  // System
+  ['POST', '/auth', 'SystemAuth', 'system', J],
+  ['GET', '/info', 'SystemInfo', 'system'],
+  ['GET', '/version', 'SystemVersion', 'system'],
+  ['GET', '/_ping', 'SystemPing', 'system'],
+  ['HEAD', '/_ping', 'SystemPingHead', 'system'],
+  ['GET', '/events', 'SystemEvents', 'system', S],
+  ['GET', '/system/df', 'SystemDataUsage', 'system', { minVersion: '1.25' }],
+
+  // Volumes
+  ['GET', '/volumes', 'VolumeList', 'volume'],
+  ['POST', '/volumes/create', 'VolumeCreate', 'volume', J],
+  ['GET', '/volumes/{name}', 'VolumeInspect', 'volume'],
+  ['PUT', '/volumes/{name}', 'VolumeUpdate', 'volume', { body: 'json', minVersion: '1.42' }],
+  ['DELETE', '/volumes/{name}', 'VolumeDelete', 'volume'],
+  ['POST', '/volumes/prune', 'VolumePrune', 'volume', { minVersion: '1.25' }],
+
+  // Networks
+  ['GET', '/networks', 'NetworkList', 'network'],
+  ['GET', '/networks/{id}', 'NetworkInspect', 'network'],
+  ['DELETE', '/networks/{id}', 'NetworkDelete', 'network'],
+  ['POST', '/networks/create', 'NetworkCreate', 'network', J],
+  ['POST', '/networks/{id}/connect', 'NetworkConnect', 'network', J],
+  ['POST', '/networks/{id}/disconnect', 'NetworkDisconnect', 'network', J],
+  ['POST', '/networks/prune', 'NetworkPrune', 'network', { minVersion: '1.25' }],
+
+  // Plugins
+  ['GET', '/plugins', 'PluginList', 'plugin'],
+  ['GET', '/plugins/privileges', 'GetPluginPrivileges', 'plugin'],
+  ['POST', '/plugins/pull', 'PluginPull', 'plugin', { body: 'json', streams: true }],
+  ['GET', '/plugins/{name*}/json', 'PluginInspect', 'plugin'],
+  ['DELETE', '/plugins/{name*}', 'PluginDelete', 'plugin'],
+  ['POST', '/plugins/{name*}/enable', 'PluginEnable', 'plugin'],
+  ['POST', '/plugins/{name*}/disable', 'PluginDisable', 'plugin'],
+  ['POST', '/plugins/{name*}/upgrade', 'PluginUpgrade', 'plugin', { body: 'json', streams: true, minVersion: '1.26' }],
+  ['POST', '/plugins/create', 'PluginCreate', 'plugin', B],
+  ['POST', '/plugins/{name*}/push', 'PluginPush', 'plugin', S],
+  ['POST', '/plugins/{name*}/set', 'PluginSet', 'plugin', J],
+
+  // Swarm: nodes, the swarm itself, services, tasks, secrets, configs
+  ['GET', '/nodes', 'NodeList', 'node'],
+  ['GET', '/nodes/{id}', 'NodeInspect', 'node'],
+  ['DELETE', '/nodes/{id}', 'NodeDelete', 'node'],
+  ['POST', '/nodes/{id}/update', 'NodeUpdate', 'node', J],
+  ['GET', '/swarm', 'SwarmInspect', 'swarm'],
+  ['POST', '/swarm/init', 'SwarmInit', 'swarm', J],
+  ['POST', '/swarm/join', 'SwarmJoin', 'swarm', J],
+  ['POST', '/swarm/leave', 'SwarmLeave', 'swarm'],
+  ['POST', '/swarm/update', 'SwarmUpdate', 'swarm', J],
+  ['GET', '/swarm/unlockkey', 'SwarmUnlockkey', 'swarm', { minVersion: '1.25' }],
+  ['POST', '/swarm/unlock', 'SwarmUnlock', 'swarm', { body: 'json', minVersion: '1.25' }],
+  ['GET', '/services', 'ServiceList', 'service'],
+  ['POST', '/services/create', 'ServiceCreate', 'service', J],
+  ['GET', '/services/{id}', 'ServiceInspect', 'service'],
+  ['DELETE', '/services/{id}', 'ServiceDelete', 'service'],
+  ['POST', '/services/{id}/update', 'ServiceUpdate', 'service', J],
+  ['GET', '/services/{id}/logs', 'ServiceLogs', 'service', { streams: true, minVersion: '1.29' }],
+  ['GET', '/tasks', 'TaskList', 'task'],
+  ['GET', '/tasks/{id}', 'TaskInspect', 'task'],
+  ['GET', '/tasks/{id}/logs', 'TaskLogs', 'task', { streams: true, minVersion: '1.29' }],
+  ['GET', '/secrets', 'SecretList', 'secret', { minVersion: '1.25' }],
+  ['POST', '/secrets/create', 'SecretCreate', 'secret', { body: 'json', minVersion: '1.25' }],
+  ['GET', '/secrets/{id}', 'SecretInspect', 'secret', { minVersion: '1.25' }],
+  ['DELETE', '/secrets/{id}', 'SecretDelete', 'secret', { minVersion: '1.25' }],
+  ['POST', '/secrets/{id}/update', 'SecretUpdate', 'secret', { body: 'json', minVersion: '1.25' }],
+  ['GET', '/configs', 'ConfigList', 'config', { minVersion: '1.30' }],
+  ['POST', '/configs/create', 'ConfigCreate', 'config', { body: 'json', minVersion: '1.30' }],
+  ['GET', '/configs/{id}', 'ConfigInspect', 'config', { minVersion: '1.30' }],
+  ['DELETE', '/configs/{id}', 'ConfigDelete', 'config', { minVersion: '1.30' }],
+  ['POST', '/configs/{id}/update', 'ConfigUpdate', 'config', { body: 'json', minVersion: '1.30' }],
+
+  // Distribution and BuildKit
+  ['GET', '/distribution/{name*}/json', 'DistributionInspect', 'distribution', { minVersion: '1.30' }],
+  ['POST', '/session', 'Session', 'session', { streams: true, hijack: 'h2c', minVersion: '1.31' }],
+  // BuildKit's gRPC tunnel: served by the engine's build router but absent from the spec files.
+  ['POST', '/grpc', 'Grpc', 'session', { streams: true, hijack: 'h2c', minVersion: '1.31', unlisted: true }],
+]
+
+export const operations: readonly Operation[] = Object.freeze(rows.map(([method, path, id, kind, extra]) => {
+  const param = /\{(\w+)\*?\}/.exec(path)?.[1]
+  const op: Operation = { id, method, path, kind, body: 'none', streams: false, ...(param ? { param } : {}), ...extra }
+  return Object.freeze(op)
+}))

@@ -1,0 +1,149 @@
+/**
+ * Request target -> operation. The first thing that looks at a request's path.
+ *
+ * Anything two parsers could read two ways is refused here, before any other stage
+ * sees it: the engine's router (gorilla/mux on Go's decoded `URL.Path`) must arrive
+ * at the same operation and the same resource name as the gateway did.
+ */
+import { GatewayError } from '../errors'
+import { operations, type Operation } from './operations'
+
+export interface ApiWindow { readonly minVersion: string, readonly maxVersion: string }
+
+export interface Target {
+  readonly operation: Operation
+  /** `1.41` for `/v1.41/...`; null for unversioned paths (the engine's default version). */
+  readonly apiVersion: string | null
+  /** Decoded path parameters, e.g. `{ id: 'web' }` or `{ name: 'localhost:5000/app:1' }`. */
+  readonly params: Readonly<Record<string, string>>
+  /** The value of the operation's resource parameter, if it has one. */
+  readonly resource?: string
+  /** Path and query exactly as received: what the gateway forwards. */
+  readonly rawUrl: string
+  readonly query: URLSearchParams
+}
+
+type Segment = { literal: string } | { param: string, multi: boolean }
+interface Compiled { op: Operation, segments: Segment[], literals: number }
+
+const compiled: Compiled[] = operations.map((op) => {
+  const segments: Segment[] = op.path.split('/').slice(1).map((s) => {
+    const m = /^\{(\w+)(\*?)\}$/.exec(s)
+    return m ? { param: m[1], multi: m[2] === '*' } : { literal: s }
+  })
+  return { op, segments, literals: segments.filter((s) => 'literal' in s).length }
+})
+
+const VERSION = /^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/
+
+export function compareVersions (a: string, b: string): number {
+  const [am, an] = a.split('.').map(Number)
+  const [bm, bn] = b.split('.').map(Number)
+  return am - bm || an - bn
+}
+
+/**
+ * Split and decode the path strictly. Refused: empty or `.`/`..` segments (also when
+ * percent-encoded), `//`, a trailing `/`, encoded `/` or `\` or NUL, malformed escapes,
+ * backslashes, control and non-ASCII bytes. Go would clean or re-split some of these
+ * where we would not, or the other way round.
+ */
+function decodeSegments (rawPath: string): string[] {
+  if (!rawPath.startsWith('/')) throw new GatewayError('PATH_INVALID', 'request target must be an absolute path')
+  if (/[^\x21-\x7e]|\\/.test(rawPath)) throw new GatewayError('PATH_AMBIGUOUS', 'path contains a backslash, space, control or non-ASCII character')
+  const raw = rawPath.slice(1).split('/')
+  return raw.map((seg) => {
+    if (seg === '') throw new GatewayError('PATH_AMBIGUOUS', 'path contains an empty segment (`//` or a trailing `/`)')
+    let decoded: string
+    try {
+      decoded = decodeURIComponent(seg)
+    } catch {
+      throw new GatewayError('PATH_AMBIGUOUS', 'path contains a malformed percent-encoding')
+    }
+    if (decoded === '.' || decoded === '..') throw new GatewayError('PATH_AMBIGUOUS', 'path contains a `.` or `..` segment')
+    if (/[/\\\0]/.test(decoded)) throw new GatewayError('PATH_AMBIGUOUS', 'path contains an encoded `/`, `\\` or NUL')
+    return decoded
+  })
+}
+
+function match (c: Compiled, segs: string[], fold: boolean): Record<string, string> | null {
+  const params: Record<string, string> = {}
+  const eq = fold ? (a: string, b: string) => a.toLowerCase() === b.toLowerCase() : (a: string, b: string) => a === b
+  const multiAt = c.segments.findIndex((s) => 'param' in s && s.multi)
+  if (multiAt < 0) {
+    if (segs.length !== c.segments.length) return null
+  } else if (segs.length < c.segments.length) {
+    return null
+  }
+  // With a multi-segment parameter, the segments after it are matched from the end,
+  // like the engine's greedy `{name:.*}` regexp.
+  const tail = multiAt < 0 ? 0 : c.segments.length - multiAt - 1
+  for (let i = 0; i < c.segments.length; i++) {
+    const s = c.segments[i]
+    if (i === multiAt && 'param' in s) {
+      params[s.param] = segs.slice(i, segs.length - tail).join('/')
+      continue
+    }
+    const seg = multiAt >= 0 && i > multiAt ? segs[segs.length - (c.segments.length - i)] : segs[i]
+    if ('literal' in s) {
+      if (!eq(s.literal, seg)) return null
+    } else {
+      params[s.param] = seg
+    }
+  }
+  return params
+}
+
+function best (method: string, segs: string[], fold: boolean): { c: Compiled, params: Record<string, string> } | null {
+  let found: { c: Compiled, params: Record<string, string> } | null = null
+  for (const c of compiled) {
+    if (c.op.method !== method) continue
+    const params = match(c, segs, fold)
+    // Literal routes win over parameterised ones (`/images/json` is ImageList, not an image named "json").
+    if (params && (!found || c.literals > found.c.literals)) found = { c, params }
+  }
+  return found
+}
+
+export function resolveTarget (method: string, rawUrl: string, window: ApiWindow): Target {
+  const q = rawUrl.indexOf('?')
+  const rawPath = q < 0 ? rawUrl : rawUrl.slice(0, q)
+  const rawQuery = q < 0 ? '' : rawUrl.slice(q + 1)
+  if (rawQuery.includes('#')) throw new GatewayError('PATH_INVALID', 'request target must not contain a fragment')
+  let segs = decodeSegments(rawPath)
+
+  let apiVersion: string | null = null
+  if (/^v/i.test(segs[0]) && /^v[0-9.]*$/i.test(segs[0])) {
+    const m = VERSION.exec(segs[0])
+    if (!m) throw new GatewayError('PATH_AMBIGUOUS', `malformed API version in path: ${JSON.stringify(segs[0])}`)
+    apiVersion = `${m[1]}.${m[2]}`
+    if (compareVersions(apiVersion, window.minVersion) < 0) {
+      throw new GatewayError('API_VERSION_UNSUPPORTED', `client version ${apiVersion} is too old. Minimum supported API version is ${window.minVersion}, please upgrade your client to a newer version`)
+    }
+    if (compareVersions(apiVersion, window.maxVersion) > 0) {
+      throw new GatewayError('API_VERSION_UNSUPPORTED', `client version ${apiVersion} is too new. Maximum supported API version is ${window.maxVersion}`)
+    }
+    segs = segs.slice(1)
+    if (segs.length === 0) throw new GatewayError('OPERATION_UNKNOWN', 'page not found')
+  }
+
+  const found = best(method, segs, false)
+  if (!found) {
+    // The engine's router is case-sensitive; a path that only matches when case is
+    // folded is refused as ambiguous rather than guessed at.
+    if (best(method, segs, true)) throw new GatewayError('PATH_AMBIGUOUS', 'path differs from an Engine API route only in letter case')
+    throw new GatewayError('OPERATION_UNKNOWN', `page not found: no Engine API operation for ${method} ${'/' + segs.join('/')}`)
+  }
+  const op = found.c.op
+  if (op.minVersion && apiVersion && compareVersions(apiVersion, op.minVersion) < 0) {
+    throw new GatewayError('OPERATION_TOO_NEW', `${op.id} requires API version ${op.minVersion} or newer, the request asked for ${apiVersion}`)
+  }
+  return Object.freeze({
+    operation: op,
+    apiVersion,
+    params: Object.freeze(found.params),
+    ...(op.param ? { resource: found.params[op.param] } : {}),
+    rawUrl,
+    query: new URLSearchParams(rawQuery),
+  })
+}

@@ -1,0 +1,47 @@
+/**
+ * The per-request context. Each stage adds its result here; the operational log,
+ * and later the audit record and metrics, are written from it when the request ends.
+ */
+import { randomUUID } from 'node:crypto'
+import { Transform, type TransformCallback } from 'node:stream'
+import type { Target } from './catalog/route'
+import type { GatewayError } from './errors'
+
+export interface RequestContext {
+  readonly id: string
+  readonly listener: string
+  readonly remote: string
+  readonly method: string
+  readonly url: string
+  readonly startedAt: number
+  target?: Target
+  /** For operations with an inspected JSON body: exactly the bytes forwarded. */
+  body?: Buffer
+  /** `upgrade` (101 relayed) or `raw` (200 + raw stream) once a hijack is established. */
+  hijack?: 'upgrade' | 'raw'
+  status?: number
+  bytesIn: number
+  bytesOut: number
+  upstreamMs?: number
+  error?: GatewayError
+  /** Why the request ended early, if it did: `client-closed`, `shutdown`, `upstream-error`. */
+  aborted?: string
+}
+
+export function newContext (listener: string, remote: string, method: string, url: string): RequestContext {
+  return { id: randomUUID(), listener, remote, method, url, startedAt: performance.now(), bytesIn: 0, bytesOut: 0 }
+}
+
+export function elapsedMs (ctx: RequestContext): number {
+  return Math.round((performance.now() - ctx.startedAt) * 1000) / 1000
+}
+
+/** A pass-through stream that adds the bytes it carries to a counter. */
+export function counter (add: (n: number) => void): Transform {
+  return new Transform({
+    transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
+      add(chunk.length)
+      cb(null, chunk)
+    },
+  })
+}

@@ -1,0 +1,56 @@
+/**
+ * The one error catalogue. Stages throw `GatewayError`s with a stable code; only the
+ * renderer turns them into an HTTP status and the engine's `{"message": "..."}` body.
+ * Callers match on `code`, never on classes or messages.
+ */
+
+export const errorCatalog = {
+  // Request target
+  PATH_INVALID: 400,
+  PATH_AMBIGUOUS: 400,
+  API_VERSION_UNSUPPORTED: 400,
+  OPERATION_UNKNOWN: 404,
+  OPERATION_TOO_NEW: 400,
+  HEADER_AMBIGUOUS: 400,
+  UPGRADE_UNSUPPORTED: 400,
+  // Bodies
+  BODY_INVALID: 400,
+  BODY_TOO_LARGE: 413,
+  // Identity and policy (used from the authentication issue on)
+  UNAUTHENTICATED: 401,
+  FORBIDDEN: 403,
+  // Upstream
+  UPSTREAM_UNREACHABLE: 502,
+  UPSTREAM_FAILED: 502,
+  UPSTREAM_TIMEOUT: 504,
+  // Gateway
+  SHUTTING_DOWN: 503,
+  INTERNAL: 500,
+} as const
+
+export type ErrorCode = keyof typeof errorCatalog
+
+export class GatewayError extends Error {
+  readonly code: ErrorCode
+  readonly status: number
+  constructor (code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.code = code
+    this.status = errorCatalog[code]
+  }
+}
+
+export function isGatewayError (err: unknown): err is GatewayError {
+  return err instanceof GatewayError
+}
+
+/** Any thrown value as a GatewayError; unknown failures become INTERNAL without leaking their text. */
+export function toGatewayError (err: unknown): GatewayError {
+  if (isGatewayError(err)) return err
+  return new GatewayError('INTERNAL', 'internal gateway error', { cause: err })
+}
+
+/** The engine's error body shape. */
+export function renderError (err: GatewayError): { status: number, body: string } {
+  return { status: err.status, body: JSON.stringify({ message: err.message }) + '\n' }
+}

@@ -1,0 +1,94 @@
+/**
+ * Forwarding an ordinary (non-hijacked) request: the request target exactly as
+ * received and checked, end-to-end headers, the body either as the buffered bytes
+ * the gateway inspected (fresh Content-Length) or streamed with backpressure; the
+ * response streamed back the same way. A client's disconnect aborts the upstream
+ * request, whether or not the engine has answered yet.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { pipeline } from 'node:stream/promises'
+import type { Readable } from 'node:stream'
+import { hasBody } from './body'
+import { counter, type RequestContext } from './context'
+import { GatewayError } from './errors'
+import { endToEnd, type HeaderMap } from './headers'
+import type { Upstream } from './upstream'
+
+/** Request headers the gateway consumes and never passes on. */
+export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
+
+export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext): HeaderMap {
+  const headers = endToEnd(req.headers, GATEWAY_CONSUMED)
+  if (ctx.body) headers['content-length'] = String(ctx.body.length)
+  else if (req.headers['content-length'] !== undefined && hasBody(req)) headers['content-length'] = req.headers['content-length']
+  return headers
+}
+
+/** Map a failure to reach or hear from the engine onto the error catalogue. */
+export function upstreamError (err: unknown, upstreamUrl: string): GatewayError {
+  const e = err as { code?: string, message?: string }
+  const code = e.code ?? ''
+  if (['ECONNREFUSED', 'ENOENT', 'EACCES', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'UND_ERR_CONNECT_TIMEOUT'].includes(code)) {
+    return new GatewayError('UPSTREAM_UNREACHABLE', `cannot reach the Docker engine at ${upstreamUrl}: ${code}`, { cause: err })
+  }
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+    return new GatewayError('UPSTREAM_TIMEOUT', `the Docker engine at ${upstreamUrl} did not answer in time`, { cause: err })
+  }
+  return new GatewayError('UPSTREAM_FAILED', `the Docker engine at ${upstreamUrl} failed the request: ${code || 'connection error'}`, { cause: err })
+}
+
+export async function forward (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream): Promise<void> {
+  const target = ctx.target
+  if (!target) throw new Error('forward before routing')
+  const abort = new AbortController()
+  const onClientGone = (): void => {
+    if (!res.writableFinished) {
+      ctx.aborted ??= 'client-closed'
+      abort.abort()
+    }
+  }
+  res.once('close', onClientGone)
+
+  let body: Buffer | Readable | undefined
+  if (ctx.body) {
+    body = ctx.body
+    ctx.bytesIn = ctx.body.length
+  } else if (hasBody(req)) {
+    body = req.pipe(counter((n) => { ctx.bytesIn += n }))
+  }
+
+  const sent = performance.now()
+  let answer
+  try {
+    answer = await upstream.pool.request({
+      method: req.method as 'GET',
+      path: target.rawUrl,
+      headers: upstreamRequestHeaders(req, ctx),
+      body,
+      signal: abort.signal,
+    })
+  } catch (err) {
+    if (abort.signal.aborted) return
+    throw upstreamError(err, upstream.url)
+  }
+  ctx.upstreamMs = performance.now() - sent
+  ctx.status = answer.statusCode
+
+  // The engine's own Date header is passed on; Node must not add a second one.
+  res.sendDate = false
+  res.writeHead(answer.statusCode, endToEnd(answer.headers))
+  // Streams (logs -f, events, pull progress) must reach the client as they come,
+  // not when Node's buffers fill up.
+  if (target.operation.streams) res.flushHeaders()
+  try {
+    await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }), res)
+  } catch (err) {
+    if (!abort.signal.aborted) {
+      ctx.aborted ??= 'upstream-error'
+      res.destroy()
+    }
+  } finally {
+    ctx.upstreamMs = performance.now() - sent
+    res.off('close', onClientGone)
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * Header handling in one place: duplicate detection and hop-by-hop stripping
+ * (RFC 9110 §7.6.1: `Connection` and every header it names, plus the fixed list below).
+ */
+import { GatewayError } from './errors'
+
+export type HeaderMap = Record<string, string | string[]>
+
+/** Hop-by-hop and gateway-consumed headers that never travel to the other side. */
+const HOP_BY_HOP = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
+  'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'http2-settings',
+])
+
+/**
+ * Node joins repeated unknown headers with ", " while Go's `Header.Get` returns the
+ * first value: `X-Registry-Auth: a` twice would mean different things to the gateway
+ * and to the engine. No Docker client repeats a header, so any repetition is refused.
+ */
+export function assertNoDuplicateHeaders (rawHeaders: readonly string[]): void {
+  const seen = new Set<string>()
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i].toLowerCase()
+    if (seen.has(name)) throw new GatewayError('HEADER_AMBIGUOUS', `header ${name} is repeated`)
+    seen.add(name)
+  }
+}
+
+function connectionTokens (value: string | string[] | undefined): Set<string> {
+  const list = Array.isArray(value) ? value.join(',') : value ?? ''
+  return new Set(list.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean))
+}
+
+/** Copy of `headers` without hop-by-hop fields and without the names in `drop`. */
+export function endToEnd (headers: Record<string, string | string[] | undefined>, drop: readonly string[] = []): HeaderMap {
+  const named = connectionTokens(headers.connection)
+  const out: HeaderMap = {}
+  for (const [k, v] of Object.entries(headers)) {
+    const name = k.toLowerCase()
+    if (v === undefined || HOP_BY_HOP.has(name) || named.has(name) || drop.includes(name)) continue
+    out[name] = v
+  }
+  return out
+}
+
+/** Headers as `name: value` lines for a response written straight to a socket. */
+export function serializeHead (statusLine: string, headers: HeaderMap): string {
+  let head = statusLine + '\r\n'
+  for (const [k, v] of Object.entries(headers)) {
+    for (const one of Array.isArray(v) ? v : [v]) head += `${k}: ${one}\r\n`
+  }
+  return head + '\r\n'
+}

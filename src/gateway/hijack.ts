@@ -1,0 +1,168 @@
+/**
+ * Hijacked connections: attach, exec start, attach over WebSocket, and BuildKit's h2c
+ * `/session` and `/grpc` tunnels. The operation is authorized in the normal lifecycle;
+ * then the connection changes hands and bytes are only relayed, both ways, with
+ * half-close preserved: `echo x | docker exec -i c cat` ends when the client's FIN
+ * reaches the engine and the engine's output and FIN come back.
+ *
+ * Upstream the gateway always asks for an upgrade. The client gets what it asked for:
+ * the engine's `101` relayed verbatim when it sent `Upgrade`, or `200` followed by the
+ * raw stream when it did not (older clients; the engine does the same).
+ * When the engine declines (no such container, exec not running...) its ordinary
+ * response is relayed instead.
+ */
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { Duplex } from 'node:stream'
+import type { Socket } from 'node:net'
+import { counter, type RequestContext } from './context'
+import { GatewayError, renderError } from './errors'
+import { endToEnd, serializeHead, type HeaderMap } from './headers'
+import { GATEWAY_CONSUMED, upstreamError } from './forward'
+import type { Upstream } from './upstream'
+
+/** The client side of a hijack: either a socket handed over by Node's `upgrade` event, or an ordinary request/response pair. */
+export type HijackClient =
+  | { form: 'upgrade', req: IncomingMessage, socket: Duplex, rest: Buffer }
+  | { form: 'raw', req: IncomingMessage, res: ServerResponse }
+
+function upgradeHeaders (req: IncomingMessage, ctx: RequestContext): HeaderMap {
+  const headers = endToEnd(req.headers, GATEWAY_CONSUMED)
+  const protocol = req.headers.upgrade ?? 'tcp'
+  headers.upgrade = protocol
+  headers.connection = 'Upgrade'
+  // h2c upgrades carry their settings in a connection-specific header (RFC 7540 §3.2.1).
+  const settings = req.headers['http2-settings']
+  if (typeof settings === 'string') {
+    headers['http2-settings'] = settings
+    headers.connection = 'Upgrade, HTTP2-Settings'
+  }
+  headers['content-length'] = String(ctx.body?.length ?? 0)
+  return headers
+}
+
+/** Write an error as a complete HTTP response on a socket the server has handed over. */
+export function writeSocketError (socket: Duplex, err: GatewayError): void {
+  const { status, body } = renderError(err)
+  if (socket.destroyed || !socket.writable) return
+  socket.end(serializeHead(`HTTP/1.1 ${status} ${statusText(status)}`, {
+    'content-type': 'application/json',
+    'content-length': String(Buffer.byteLength(body)),
+    connection: 'close',
+  }) + body)
+}
+
+function statusText (status: number): string {
+  return STATUS_CODES[status] ?? 'Unknown'
+}
+
+/**
+ * Relay bytes both ways until both directions have ended. Each direction's end is
+ * passed on as a half-close (`end()`), never as a full close; a reset or error on
+ * either side tears both down.
+ */
+function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: () => void): void {
+  let finished = false
+  const finish = (): void => {
+    if (finished) return
+    finished = true
+    client.destroy()
+    engine.destroy()
+    onDone()
+  }
+  client.pipe(counter((n) => { ctx.bytesIn += n })).pipe(engine)
+  engine.pipe(counter((n) => { ctx.bytesOut += n })).pipe(client)
+  client.on('error', finish)
+  engine.on('error', finish)
+  // A full close of either side (both directions ended, or a reset) ends the session.
+  client.on('close', finish)
+  engine.on('close', finish)
+}
+
+export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void): Promise<void> {
+  const target = ctx.target
+  if (!target) throw new Error('hijack before routing')
+  const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: target.rawUrl, headers: upgradeHeaders(client.req, ctx) })
+  const sent = performance.now()
+
+  return await new Promise<void>((resolve, reject) => {
+    let settled = false
+    const untrack = track(() => { ctx.aborted ??= 'shutdown'; upReq.destroy(); clientDuplex().destroy() })
+    const settle = (err?: unknown): void => {
+      if (settled) return
+      settled = true
+      untrack()
+      if (err) reject(err)
+      else resolve()
+    }
+    const clientDuplex = (): Duplex => client.form === 'upgrade' ? client.socket : client.req.socket
+    // The client leaving before the engine answers ends the upstream request.
+    const onEarlyClose = (): void => { ctx.aborted ??= 'client-closed'; upReq.destroy(); settle() }
+    clientDuplex().once('close', onEarlyClose)
+
+    upReq.on('error', (err) => {
+      clientDuplex().off('close', onEarlyClose)
+      settle(ctx.status === undefined && !ctx.aborted ? upstreamError(err, upstream.url) : undefined)
+    })
+
+    upReq.on('upgrade', (res: IncomingMessage, engine: Socket, engineHead: Buffer) => {
+      clientDuplex().off('close', onEarlyClose)
+      ctx.upstreamMs = performance.now() - sent
+      ctx.status = res.statusCode
+      engine.setNoDelay(true)
+      if (client.form === 'upgrade') {
+        ctx.hijack = 'upgrade'
+        const head: HeaderMap = {}
+        for (let i = 0; i < res.rawHeaders.length; i += 2) head[res.rawHeaders[i]] = res.rawHeaders[i + 1]
+        client.socket.write(serializeHead(`HTTP/1.1 ${res.statusCode} ${res.statusMessage}`, head))
+        if (engineHead.length) { client.socket.write(engineHead); ctx.bytesOut += engineHead.length }
+        if (client.rest.length) { engine.write(client.rest); ctx.bytesIn += client.rest.length }
+        ;(client.socket as Socket).setNoDelay?.(true)
+        splice(ctx, client.socket, engine, () => settle())
+      } else {
+        ctx.hijack = 'raw'
+        ctx.status = 200
+        const { req, res: out } = client
+        // The engine's 200 form: no length and no chunking, the stream runs until close.
+        out.useChunkedEncodingByDefault = false
+        out.shouldKeepAlive = false
+        out.writeHead(200, { 'content-type': res.headers['content-type'] ?? 'application/vnd.docker.raw-stream' })
+        out.flushHeaders()
+        if (engineHead.length) { out.write(engineHead); ctx.bytesOut += engineHead.length }
+        // Whatever the client streams as its request body is stdin; the request's end is
+        // not a half-close here (the engine would not see one either), the socket's is.
+        req.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length; engine.write(chunk) })
+        req.socket.once('end', () => engine.end())
+        engine.pipe(counter((n) => { ctx.bytesOut += n })).pipe(out)
+        const finish = (): void => { engine.destroy(); out.destroy(); settle() }
+        engine.once('close', () => { out.end(); settle() })
+        out.once('close', finish)
+        engine.on('error', finish)
+      }
+    })
+
+    upReq.on('response', (res: IncomingMessage) => {
+      // The engine declined to hijack: relay its ordinary answer and close.
+      clientDuplex().off('close', onEarlyClose)
+      ctx.upstreamMs = performance.now() - sent
+      ctx.status = res.statusCode
+      const headers = endToEnd(res.headers)
+      const body = res.pipe(counter((n) => { ctx.bytesOut += n }))
+      if (client.form === 'upgrade') {
+        headers.connection = 'close'
+        client.socket.write(serializeHead(`HTTP/1.1 ${res.statusCode} ${res.statusMessage}`, headers))
+        body.pipe(client.socket)
+        body.once('end', () => settle())
+        client.socket.once('close', () => { res.destroy(); settle() })
+      } else {
+        client.res.sendDate = false
+        client.res.writeHead(res.statusCode ?? 502, headers)
+        body.pipe(client.res)
+        client.res.once('close', () => { res.destroy(); settle() })
+      }
+      res.once('error', () => settle())
+    })
+
+    if (ctx.body?.length) upReq.write(ctx.body)
+    upReq.end()
+  })
+}

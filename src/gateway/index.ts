@@ -1,0 +1,64 @@
+/**
+ * The gateway process: builds the pipeline's dependencies from a Config, opens the
+ * listeners, and handles reload and shutdown.
+ */
+import pino, { type Logger } from 'pino'
+import { describeConfig, type Config } from '../config'
+import { listen, type Listening } from './listeners'
+import { Inflight, type GatewayDeps } from './pipeline'
+import { createUpstream, type Upstream } from './upstream'
+
+export interface Gateway {
+  readonly listeners: readonly Listening[]
+  readonly log: Logger
+  readonly inflight: Inflight
+  /** Apply what can change without a restart (log level, TLS certificates); the rest is reported. */
+  reload (next: Config): void
+  /** Stop accepting, close long streams and hijacked sessions, drain the rest. */
+  close (): Promise<void>
+}
+
+export async function startGateway (config: Config, log: Logger = pino({ level: config.log.level })): Promise<Gateway> {
+  const upstream: Upstream = createUpstream(config.upstream)
+  const inflight = new Inflight()
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight }
+  const listeners: Listening[] = []
+  try {
+    for (const l of config.listen) listeners.push(await listen(l, deps))
+  } catch (err) {
+    await Promise.allSettled(listeners.map((l) => l.app.close()))
+    await upstream.close()
+    throw err
+  }
+  log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address) }, 'portcullis started')
+
+  let current = config
+  return {
+    listeners,
+    log,
+    inflight,
+    reload (next: Config): void {
+      log.level = next.log.level
+      for (const l of listeners) {
+        const now = next.listen.find((n) => n.name === l.config.name)
+        if (now?.kind === 'tcp' && now.tls && 'setSecureContext' in l.server) {
+          l.server.setSecureContext({ cert: now.tls.material.cert, key: now.tls.material.key, ...(now.tls.material.ca ? { ca: now.tls.material.ca } : {}) })
+        }
+      }
+      const before = describeConfig(current)
+      const after = describeConfig(next)
+      const restartNeeded = ['listen', 'upstream', 'api', 'limits'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
+      if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
+      current = { ...current, log: next.log }
+      log.info('configuration reloaded')
+    },
+    async close (): Promise<void> {
+      log.info({ activeRequests: inflight.activeRequests, activeStreams: inflight.activeStreams }, 'shutting down')
+      for (const l of listeners) l.server.close()
+      await inflight.drain(config.shutdown.graceSeconds * 1000)
+      await Promise.allSettled(listeners.map((l) => l.app.close()))
+      await upstream.close()
+      log.info('stopped')
+    },
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * Listeners: one fastify instance per configured address (unix socket, TCP, TLS).
+ * Fastify is the adapter: a single catch-all route hands the raw request to the
+ * pipeline, which owns the response (`reply.hijack()`); Node's `upgrade` event feeds
+ * the same pipeline for hijacked connections.
+ */
+import fs from 'node:fs'
+import http from 'node:http'
+import https from 'node:https'
+import net from 'node:net'
+import Fastify, { type FastifyInstance } from 'fastify'
+import type { ListenerConfig } from '../config'
+import { newContext } from './context'
+import { GatewayError, renderError } from './errors'
+import { handleRequest, handleUpgrade, type GatewayDeps } from './pipeline'
+
+export interface Listening {
+  readonly config: ListenerConfig
+  readonly app: FastifyInstance
+  readonly server: http.Server | https.Server
+  /** `unix:/path` or `host:port` with the port actually bound. */
+  readonly address: string
+}
+
+function createServer (cfg: ListenerConfig, handler: http.RequestListener): http.Server | https.Server {
+  const server = cfg.kind === 'tcp' && cfg.tls
+    ? https.createServer({
+      cert: cfg.tls.material.cert,
+      key: cfg.tls.material.key,
+      ...(cfg.tls.material.ca ? { ca: cfg.tls.material.ca, requestCert: true, rejectUnauthorized: true } : {}),
+    }, handler)
+    : http.createServer(handler)
+  // Builds, `docker load` and `cp` uploads may take far longer than Node's default
+  // 5-minute request timeout; long streams are ended by the client or by shutdown.
+  server.requestTimeout = 0
+  server.timeout = 0
+  server.headersTimeout = 60_000
+  // Keep a client's half-close from ending a response still being written.
+  ;(server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
+  return server
+}
+
+/** A unix socket left behind by a crashed gateway is removed; a live one is an error. */
+async function clearStaleSocket (path: string): Promise<void> {
+  if (!fs.existsSync(path)) return
+  if (!fs.statSync(path).isSocket()) throw new Error(`${path} exists and is not a socket`)
+  const live = await new Promise<boolean>((resolve) => {
+    const s = net.connect(path)
+    s.once('connect', () => { s.destroy(); resolve(true) })
+    s.once('error', () => resolve(false))
+  })
+  if (live) throw new Error(`${path} is in use by a running process`)
+  fs.unlinkSync(path)
+}
+
+function remoteOf (socket: net.Socket | undefined, cfg: ListenerConfig): string {
+  if (cfg.kind === 'unix') return 'unix'
+  return socket?.remoteAddress ? `${socket.remoteAddress}:${socket.remotePort}` : 'unknown'
+}
+
+export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<Listening> {
+  let server: http.Server | https.Server | undefined
+  const app = Fastify({
+    serverFactory: (handler) => { server = createServer(cfg, handler); return server },
+    logger: false,
+    disableRequestLogging: true,
+    routerOptions: { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false, maxParamLength: 65_535 },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    // Fastify's own early refusals (malformed URL...) in the engine's error shape.
+    frameworkErrors: (err, _req, reply) => {
+      const { status, body } = renderError(new GatewayError('PATH_INVALID', `invalid request: ${err.message}`))
+      reply.hijack()
+      reply.raw.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) })
+      reply.raw.end(body)
+    },
+  })
+  // Bodies are the pipeline's business: nothing is parsed or consumed here.
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_req, _payload, done) => { done(null, undefined) })
+  app.route({
+    method: ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'],
+    url: '*',
+    handler: async (request, reply) => {
+      reply.hijack()
+      const ctx = newContext(cfg.name, remoteOf(request.raw.socket, cfg), request.raw.method ?? '', request.raw.url ?? '')
+      await handleRequest(deps, ctx, request.raw, reply.raw)
+    },
+  })
+  app.setNotFoundHandler((request, reply) => {
+    reply.hijack()
+    const ctx = newContext(cfg.name, remoteOf(request.raw.socket, cfg), request.raw.method ?? '', request.raw.url ?? '')
+    void handleRequest(deps, ctx, request.raw, reply.raw)
+  })
+  await app.ready()
+  if (!server) throw new Error('fastify did not create the server')
+  const srv = server
+  srv.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    const ctx = newContext(cfg.name, remoteOf(socket, cfg), req.method ?? '', req.url ?? '')
+    void handleUpgrade(deps, ctx, req, socket, head)
+  })
+  if (cfg.kind === 'unix') {
+    await clearStaleSocket(cfg.path)
+    await app.listen({ path: cfg.path })
+    if (cfg.mode !== undefined) fs.chmodSync(cfg.path, cfg.mode)
+    if (cfg.gid !== undefined) fs.chownSync(cfg.path, process.getuid?.() ?? 0, cfg.gid)
+    return { config: cfg, app, server: srv, address: `unix:${cfg.path}` }
+  }
+  await app.listen({ host: cfg.host, port: cfg.port })
+  const addr = srv.address() as net.AddressInfo
+  return { config: cfg, app, server: srv, address: `${addr.address.includes(':') ? `[${addr.address}]` : addr.address}:${addr.port}` }
+}

@@ -1,0 +1,167 @@
+/**
+ * The request lifecycle, and the only module that knows its order:
+ *
+ *   listen -> route (operation id) -> [authenticate -> authorize] -> read/inspect body
+ *          -> forward | hijack -> log (and, as they land, audit + metrics)
+ *
+ * Two entry points feed the same stages: ordinary requests from the listener's
+ * fastify instance, and requests Node hands over through its `upgrade` event.
+ * Every stage throws coded GatewayErrors; only this module renders them.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Duplex } from 'node:stream'
+import type { Logger } from 'pino'
+import { hasBody, readCapped, readUpgradeBody } from './body'
+import { resolveTarget, type ApiWindow } from './catalog/route'
+import { elapsedMs, type RequestContext } from './context'
+import { GatewayError, renderError, toGatewayError } from './errors'
+import { forward } from './forward'
+import { assertNoDuplicateHeaders } from './headers'
+import { hijack, writeSocketError, type HijackClient } from './hijack'
+import type { Upstream } from './upstream'
+
+export interface GatewayDeps {
+  readonly api: ApiWindow
+  readonly limits: { readonly jsonBodyBytes: number }
+  readonly upstream: Upstream
+  readonly log: Logger
+  readonly inflight: Inflight
+}
+
+/** What is in progress, so that shutdown can drain requests and close long streams. */
+export class Inflight {
+  private readonly streams = new Set<() => void>()
+  private requests = 0
+  private idle: Array<() => void> = []
+  closing = false
+
+  begin (): () => void {
+    this.requests++
+    return () => {
+      if (--this.requests === 0) for (const f of this.idle.splice(0)) f()
+    }
+  }
+
+  /** Register a long stream's closer; returns the function that unregisters it. */
+  track (close: () => void): () => void {
+    this.streams.add(close)
+    return () => { this.streams.delete(close) }
+  }
+
+  get activeStreams (): number { return this.streams.size }
+  get activeRequests (): number { return this.requests }
+
+  /** Close every long stream now, then wait (at most `graceMs`) for the other requests to finish. */
+  async drain (graceMs: number): Promise<void> {
+    this.closing = true
+    for (const close of [...this.streams]) close()
+    if (this.requests === 0) return
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, graceMs)
+      this.idle.push(() => { clearTimeout(timer); resolve() })
+    })
+  }
+}
+
+/** Stages that run for every request, whatever its transport. */
+function admit (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): void {
+  if (deps.inflight.closing) throw new GatewayError('SHUTTING_DOWN', 'the gateway is shutting down')
+  assertNoDuplicateHeaders(req.rawHeaders)
+  ctx.target = resolveTarget(req.method ?? '', req.url ?? '', deps.api)
+}
+
+/**
+ * Exec start hijacks unless the body asks to detach. The engine's JSON decoder
+ * matches field names case-insensitively, so does this; a body naming the field
+ * twice is ambiguous and refused.
+ */
+function detaches (body: Buffer | undefined): boolean {
+  if (!body?.length) return false
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(body.toString('utf8'))
+  } catch {
+    throw new GatewayError('BODY_INVALID', 'exec start body is not valid JSON')
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return false
+  const keys = Object.keys(parsed).filter((k) => k.toLowerCase() === 'detach')
+  if (keys.length > 1) throw new GatewayError('BODY_INVALID', 'exec start body names Detach more than once')
+  return keys.length === 1 && (parsed as Record<string, unknown>)[keys[0]] === true
+}
+
+function finish (deps: GatewayDeps, ctx: RequestContext): void {
+  const op = ctx.target?.operation.id ?? null
+  const line = {
+    req: ctx.id,
+    listener: ctx.listener,
+    op,
+    method: ctx.method,
+    status: ctx.status,
+    bytesIn: ctx.bytesIn,
+    bytesOut: ctx.bytesOut,
+    ms: elapsedMs(ctx),
+    upstreamMs: ctx.upstreamMs === undefined ? undefined : Math.round(ctx.upstreamMs * 1000) / 1000,
+    hijack: ctx.hijack,
+    aborted: ctx.aborted,
+    error: ctx.error ? { code: ctx.error.code, message: ctx.error.message } : undefined,
+  }
+  if (ctx.error && ctx.error.status >= 500) deps.log.error(line, 'request failed')
+  else deps.log.info(line, 'request')
+}
+
+function fail (ctx: RequestContext, err: unknown): GatewayError {
+  const e = toGatewayError(err)
+  ctx.error = e
+  ctx.status = e.status
+  return e
+}
+
+export async function handleRequest (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const done = deps.inflight.begin()
+  try {
+    admit(deps, ctx, req)
+    const op = ctx.target!.operation
+    if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
+    if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(ctx.body))) {
+      await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
+    } else if (op.streams) {
+      const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
+      try { await forward(ctx, req, res, deps.upstream) } finally { untrack() }
+    } else {
+      await forward(ctx, req, res, deps.upstream)
+    }
+  } catch (err) {
+    const e = fail(ctx, err)
+    if (!res.headersSent && !res.destroyed) {
+      const { status, body } = renderError(e)
+      // After refusing a body we did not read to its end, the connection cannot be reused.
+      const close = e.code === 'BODY_TOO_LARGE' || (!req.complete && hasBody(req))
+      res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...(close ? { connection: 'close' } : {}) })
+      res.end(body)
+    } else {
+      res.destroy()
+    }
+  } finally {
+    done()
+    finish(deps, ctx)
+  }
+}
+
+export async function handleUpgrade (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  const done = deps.inflight.begin()
+  socket.on('error', () => socket.destroy())
+  try {
+    admit(deps, ctx, req)
+    const op = ctx.target!.operation
+    if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
+    const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
+    ctx.body = body
+    await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
+  } catch (err) {
+    const e = fail(ctx, err)
+    writeSocketError(socket, e)
+  } finally {
+    done()
+    finish(deps, ctx)
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * The engine connection. Ordinary requests go through one undici Pool (keep-alive,
+ * backpressure, abort by signal). Hijacked requests (attach, exec start, BuildKit's
+ * h2c tunnels) use node:http, whose client hands over the socket on `101` and still
+ * delivers an ordinary response (the engine's 404/409 JSON) when the engine declines:
+ * undici's upgrade() discards that body.
+ */
+import http from 'node:http'
+import https from 'node:https'
+import { Pool } from 'undici'
+import type { UpstreamConfig } from '../config'
+
+export interface Upstream {
+  readonly url: string
+  readonly pool: Pool
+  /** Start a request on a fresh, unpooled connection; the caller handles 'upgrade' and 'response'. */
+  hijackRequest (options: { method: string, path: string, headers: http.OutgoingHttpHeaders }): http.ClientRequest
+  close (): Promise<void>
+}
+
+export function createUpstream (cfg: UpstreamConfig): Upstream {
+  // No timeouts on the engine side: `logs -f`, `events` and `wait` are legitimately idle
+  // for hours. A client's disconnect is what ends them (see forward.ts).
+  const common = { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 30_000, pipelining: 0 }
+  let pool: Pool
+  let hijackRequest: Upstream['hijackRequest']
+  if (cfg.kind === 'unix') {
+    pool = new Pool('http://localhost', { ...common, socketPath: cfg.path })
+    hijackRequest = (o) => http.request({ ...o, socketPath: cfg.path, agent: false, setHost: false })
+  } else if (cfg.tls) {
+    const { cert, key, ca } = cfg.tls.material
+    pool = new Pool(`https://${hostPort(cfg.host, cfg.port)}`, { ...common, connect: { cert, key, ca, servername: cfg.host } })
+    hijackRequest = (o) => https.request({ ...o, host: cfg.host, port: cfg.port, cert, key, ca, servername: cfg.host, agent: false, setHost: false })
+  } else {
+    pool = new Pool(`http://${hostPort(cfg.host, cfg.port)}`, common)
+    hijackRequest = (o) => http.request({ ...o, host: cfg.host, port: cfg.port, agent: false, setHost: false })
+  }
+  return {
+    url: cfg.url,
+    pool,
+    hijackRequest,
+    close: async () => { await pool.destroy() },
+  }
+}
+
+function hostPort (host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
+}
