@@ -43,7 +43,6 @@ export class ConfigError extends Error {
     super(`invalid configuration (${where}), ${n} problem${n === 1 ? '' : 's'}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
     this.name = 'ConfigError';
     this.problems = [...problems];
-    Object.freeze(this.problems);
   }
 }
 

@@ -787,6 +787,8 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
     if (l.kind === 'unix' && up?.kind === 'unix' && l.path === up.path) {
       ctx.problem(new At(['listen', i, 'unix']), `is the upstream socket ${up.path}; the gateway cannot listen on the socket it forwards to`);
     }
+  });
+  listen.forEach((l, i) => {
     const m = metrics.listen;
     if (l.kind === 'tcp' && m !== undefined && m.port !== 0 && addressKey(m) === addressKey(l)) {
       ctx.problem(new At(['metrics', 'listen']), `${formatHostPort(m)} is also used by listen[${i}]`);

@@ -18,7 +18,7 @@ import type { Upstream } from './upstream'
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
 
 export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext): HeaderMap {
-  const headers = endToEnd(req.headers, GATEWAY_CONSUMED)
+  const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
   if (ctx.body) headers['content-length'] = String(ctx.body.length)
   else if (req.headers['content-length'] !== undefined && hasBody(req)) headers['content-length'] = req.headers['content-length']
   return headers

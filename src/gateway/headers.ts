@@ -13,14 +13,23 @@ const HOP_BY_HOP = new Set([
 ])
 
 /**
- * Node joins repeated unknown headers with ", " while Go's `Header.Get` returns the
- * first value: `X-Registry-Auth: a` twice would mean different things to the gateway
- * and to the engine. No Docker client repeats a header, so any repetition is refused.
+ * Headers read as a single value, by the gateway or by the engine (Go's `Header.Get`
+ * takes the first of several). Node joins repeats of some with ", " and drops others:
+ * either way the gateway and the engine could read different values, so a request
+ * repeating one of these is refused. Other headers may repeat (BuildKit's session
+ * sends `X-Docker-Expose-Session-Grpc-Method` once per method) and are forwarded as
+ * the same list of lines.
  */
+const SINGLE_VALUED = new Set([
+  'authorization', 'x-registry-auth', 'x-registry-config', 'content-type', 'content-length',
+  'transfer-encoding', 'host', 'upgrade', 'connection', 'http2-settings', 'expect',
+])
+
 export function assertNoDuplicateHeaders (rawHeaders: readonly string[]): void {
   const seen = new Set<string>()
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i].toLowerCase()
+    if (!SINGLE_VALUED.has(name)) continue
     if (seen.has(name)) throw new GatewayError('HEADER_AMBIGUOUS', `header ${name} is repeated`)
     seen.add(name)
   }
@@ -38,7 +47,7 @@ export function endToEnd (headers: Record<string, string | string[] | undefined>
   for (const [k, v] of Object.entries(headers)) {
     const name = k.toLowerCase()
     if (v === undefined || HOP_BY_HOP.has(name) || named.has(name) || drop.includes(name)) continue
-    out[name] = v
+    out[name] = Array.isArray(v) && v.length === 1 ? v[0] : v
   }
   return out
 }

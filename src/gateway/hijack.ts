@@ -26,7 +26,7 @@ export type HijackClient =
   | { form: 'raw', req: IncomingMessage, res: ServerResponse }
 
 function upgradeHeaders (req: IncomingMessage, ctx: RequestContext): HeaderMap {
-  const headers = endToEnd(req.headers, GATEWAY_CONSUMED)
+  const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
   const protocol = req.headers.upgrade ?? 'tcp'
   headers.upgrade = protocol
   headers.connection = 'Upgrade'
@@ -145,7 +145,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       clientDuplex().off('close', onEarlyClose)
       ctx.upstreamMs = performance.now() - sent
       ctx.status = res.statusCode
-      const headers = endToEnd(res.headers)
+      const headers = endToEnd(res.headersDistinct)
       const body = res.pipe(counter((n) => { ctx.bytesOut += n }))
       if (client.form === 'upgrade') {
         headers.connection = 'close'

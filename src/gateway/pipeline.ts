@@ -103,7 +103,7 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     upstreamMs: ctx.upstreamMs === undefined ? undefined : Math.round(ctx.upstreamMs * 1000) / 1000,
     hijack: ctx.hijack,
     aborted: ctx.aborted,
-    error: ctx.error ? { code: ctx.error.code, message: ctx.error.message } : undefined,
+    error: ctx.error ? { code: ctx.error.code, message: ctx.error.message, ...(ctx.error.code === 'INTERNAL' ? { cause: String((ctx.error.cause as Error)?.stack ?? ctx.error.cause) } : {}) } : undefined,
   }
   if (ctx.error && ctx.error.status >= 500) deps.log.error(line, 'request failed')
   else deps.log.info(line, 'request')
