@@ -6,6 +6,7 @@
  * undici's upgrade() discards that body.
  */
 import http from 'node:http'
+import net from 'node:net'
 import https from 'node:https'
 import { Pool } from 'undici'
 import type { UpstreamConfig } from '../config'
@@ -29,8 +30,10 @@ export function createUpstream (cfg: UpstreamConfig): Upstream {
     hijackRequest = (o) => http.request({ ...o, socketPath: cfg.path, agent: false, setHost: false })
   } else if (cfg.tls) {
     const { cert, key, ca } = cfg.tls.material
-    pool = new Pool(`https://${hostPort(cfg.host, cfg.port)}`, { ...common, connect: { cert, key, ca, servername: cfg.host } })
-    hijackRequest = (o) => https.request({ ...o, host: cfg.host, port: cfg.port, cert, key, ca, servername: cfg.host, agent: false, setHost: false })
+    // SNI carries host names only (RFC 6066 §3); for an IP address the certificate's IP SAN is checked.
+    const servername = net.isIP(cfg.host) ? undefined : cfg.host
+    pool = new Pool(`https://${hostPort(cfg.host, cfg.port)}`, { ...common, connect: { cert, key, ca, servername } })
+    hijackRequest = (o) => https.request({ ...o, host: cfg.host, port: cfg.port, cert, key, ca, servername, agent: false, setHost: false })
   } else {
     pool = new Pool(`http://${hostPort(cfg.host, cfg.port)}`, common)
     hijackRequest = (o) => http.request({ ...o, host: cfg.host, port: cfg.port, agent: false, setHost: false })

@@ -1,0 +1,623 @@
+import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  ConfigError,
+  defaultConfig,
+  describeConfig,
+  loadConfig,
+  parseConfig,
+  type Config,
+  type ListenerConfig,
+} from '../src/config';
+
+/** Runs fn, which must throw a ConfigError, and returns its problems. */
+function problemsOf(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigError, but nothing was thrown');
+}
+
+function hasOpenssl(): boolean {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+const OPENSSL = hasOpenssl();
+
+/** Writes a self-signed cert/key pair into dir as <prefix>c.pem / <prefix>k.pem. */
+function selfSigned(dir: string, prefix = ''): { cert: string; key: string } {
+  const cert = join(dir, `${prefix}c.pem`);
+  const key = join(dir, `${prefix}k.pem`);
+  execFileSync(
+    'openssl',
+    ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=test', '-days', '1', '-keyout', key, '-out', cert],
+    { stdio: 'ignore' },
+  );
+  return { cert, key };
+}
+
+function unixListener(c: Config, i: number): Extract<ListenerConfig, { kind: 'unix' }> {
+  const l = c.listen[i];
+  if (l === undefined || l.kind !== 'unix') throw new Error(`listen[${i}] is not a unix listener`);
+  return l;
+}
+
+function tcpListener(c: Config, i: number): Extract<ListenerConfig, { kind: 'tcp' }> {
+  const l = c.listen[i];
+  if (l === undefined || l.kind !== 'tcp') throw new Error(`listen[${i}] is not a tcp listener`);
+  return l;
+}
+
+t.test('built-in defaults', async (t) => {
+  const dir = t.testdir({});
+  const c = defaultConfig(dir);
+  t.equal(c.source, null);
+  t.same(c.listen, [
+    { kind: 'unix', name: `unix:${join(dir, 'portcullis.sock')}`, path: join(dir, 'portcullis.sock') },
+    { kind: 'tcp', name: 'tcp:127.0.0.1:2375', host: '127.0.0.1', port: 2375 },
+  ]);
+  t.same(c.upstream, { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' });
+  t.same(c.api, { minVersion: '1.24', maxVersion: '1.56' });
+  t.same(c.limits, { jsonBodyBytes: 1048576 });
+  t.same(c.auth, {});
+  t.same(c.policy, { dir: join(dir, 'policies') });
+  t.equal(c.audit.file, join(dir, 'audit.jsonl'));
+  t.equal(c.audit.level, 'metadata');
+  t.notOk(c.audit.stdout);
+  t.same(c.metrics, {});
+  t.same(c.log, { level: 'info' });
+  t.same(c.shutdown, { graceSeconds: 10 });
+
+  t.ok(Object.isFrozen(c), 'config is frozen');
+  t.ok(Object.isFrozen(c.listen), 'listen array is frozen');
+  t.ok(Object.isFrozen(c.listen[0]), 'listeners are frozen');
+  t.ok(Object.isFrozen(c.api), 'sections are frozen');
+  t.throws(() => {
+    (c.shutdown as { graceSeconds: number }).graceSeconds = 1;
+  }, TypeError);
+
+  // A minimal file gives the same values, resolved against the file's directory.
+  const fromFile = parseConfig('log: { level: info }\n', join(dir, 'portcullis.yaml'));
+  t.same({ ...fromFile, source: null }, c);
+  t.equal(fromFile.source, join(dir, 'portcullis.yaml'));
+
+  // Sections written with no value take their defaults.
+  const blank = parseConfig('api:\nlimits:\nauth:\nmetrics:\n', join(dir, 'p.yaml'));
+  t.same(blank.api, c.api);
+  t.same(blank.auth, {});
+});
+
+t.test('a full valid file', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {
+  const dir = t.testdir({ tls: {}, keys: {} });
+  const server = selfSigned(join(dir, 'tls'), 'server-');
+  const client = selfSigned(join(dir, 'tls'), 'client-');
+  const ca = join(dir, 'tls', 'ca.pem');
+  writeFileSync(ca, readFileSync(server.cert));
+  const secret = 'correct horse battery staple, but longer';
+  const file = join(dir, 'portcullis.yaml');
+  writeFileSync(
+    file,
+    `# Portcullis
+listen:
+  - unix: /tmp/portcullis-test.sock
+    mode: "0660"
+    group: root
+    identity: { subject: ops, tenant: acme, roles: [admin, viewer] }
+  - tcp: 127.0.0.1:2375
+    name: plain
+    anonymous: true
+  - tcp: 0.0.0.0:2376
+    tls: { cert: tls/server-c.pem, key: tls/server-k.pem, ca: tls/ca.pem }
+  - tcp: "[::1]:2377"
+upstream:
+  url: tcp://10.0.0.5:2376
+  tls: { cert: tls/client-c.pem, key: tls/client-k.pem, ca: tls/ca.pem }
+api: { minVersion: "1.40", maxVersion: 1.50 }
+limits: { jsonBodyBytes: 2097152 }
+auth:
+  jwt:
+    secret: "${secret}"
+    issuer: https://issuer.example
+    audience: [portcullis, docker]
+    algorithms: [HS256, HS512]
+    clockToleranceSeconds: 30
+    claims: { subject: sub, tenant: org, roles: groups }
+policy: { dir: ./policies }
+audit: { file: ./audit.jsonl, stdout: true, level: request }
+metrics: { listen: 127.0.0.1:9323 }
+log: { level: debug }
+shutdown: { graceSeconds: 2.5 }
+`,
+  );
+  const c = loadConfig(file);
+  t.equal(c.source, file);
+  t.equal(c.listen.length, 4);
+
+  const u = unixListener(c, 0);
+  t.equal(u.path, '/tmp/portcullis-test.sock');
+  t.equal(u.name, 'unix:/tmp/portcullis-test.sock');
+  t.equal(u.mode, 0o660);
+  t.equal(u.group, 'root');
+  t.equal(u.gid, 0);
+  t.same(u.identity, { subject: 'ops', tenant: 'acme', roles: ['admin', 'viewer'] });
+
+  const plain = tcpListener(c, 1);
+  t.same(plain, { kind: 'tcp', name: 'plain', host: '127.0.0.1', port: 2375, anonymous: true });
+
+  const secure = tcpListener(c, 2);
+  t.equal(secure.name, 'tcp:0.0.0.0:2376');
+  t.equal(secure.tls?.cert, server.cert);
+  t.equal(secure.tls?.key, server.key);
+  t.equal(secure.tls?.ca, ca);
+  t.ok(secure.tls?.material.cert.equals(readFileSync(server.cert)), 'cert material loaded');
+  t.ok(secure.tls?.material.key.equals(readFileSync(server.key)), 'key material loaded');
+  t.ok(secure.tls?.material.ca?.equals(readFileSync(ca)), 'ca material loaded');
+
+  const v6 = tcpListener(c, 3);
+  t.equal(v6.host, '::1');
+  t.equal(v6.port, 2377);
+  t.equal(v6.name, 'tcp:[::1]:2377');
+
+  t.equal(c.upstream.kind, 'tcp');
+  if (c.upstream.kind === 'tcp') {
+    t.equal(c.upstream.host, '10.0.0.5');
+    t.equal(c.upstream.port, 2376);
+    t.equal(c.upstream.url, 'tcp://10.0.0.5:2376');
+    t.equal(c.upstream.tls?.cert, client.cert);
+    t.ok(c.upstream.tls?.material.key.equals(readFileSync(client.key)));
+  }
+  // An unquoted 1.50 is a YAML float; it is read as written, not as "1.5".
+  t.same(c.api, { minVersion: '1.40', maxVersion: '1.50' });
+  t.equal(c.limits.jsonBodyBytes, 2097152);
+  t.same(c.auth.jwt, {
+    secret,
+    issuer: 'https://issuer.example',
+    audience: ['portcullis', 'docker'],
+    algorithms: ['HS256', 'HS512'],
+    clockToleranceSeconds: 30,
+    claims: { subject: 'sub', tenant: 'org', roles: 'groups' },
+  });
+  t.same(c.policy, { dir: join(dir, 'policies') });
+  t.same(c.audit, { file: join(dir, 'audit.jsonl'), stdout: true, level: 'request' });
+  t.same(c.metrics, { listen: { host: '127.0.0.1', port: 9323 } });
+  t.equal(c.log.level, 'debug');
+  t.equal(c.shutdown.graceSeconds, 2.5);
+  t.ok(Object.isFrozen(secure.tls), 'tls block is frozen');
+  t.ok(Object.isFrozen(secure.tls?.material), 'material object is frozen');
+  t.ok(Object.isFrozen(c.auth.jwt?.audience), 'nested arrays are frozen');
+
+  // describeConfig: JSON-safe, no secrets, no key material.
+  const summary = describeConfig(c);
+  const json = JSON.stringify(summary);
+  t.same(JSON.parse(json), summary, 'summary survives a JSON round trip');
+  t.notOk(json.includes(secret), 'jwt secret is not in the summary');
+  t.ok(json.includes('<redacted>'), 'jwt secret is redacted');
+  t.notOk(json.includes('PRIVATE KEY'), 'no key material');
+  t.notOk(json.includes('BEGIN CERTIFICATE'), 'no certificate material');
+  t.match(summary, {
+    source: file,
+    listen: [
+      { kind: 'unix', path: '/tmp/portcullis-test.sock', mode: '0660', group: 'root', gid: 0 },
+      { kind: 'tcp', name: 'plain', address: '127.0.0.1:2375', anonymous: true },
+      { kind: 'tcp', address: '0.0.0.0:2376', tls: { cert: server.cert, key: server.key, ca, clientCertificates: 'required' } },
+      { kind: 'tcp', address: '[::1]:2377' },
+    ],
+    upstream: { kind: 'tcp', url: 'tcp://10.0.0.5:2376', tls: { cert: client.cert } },
+    auth: { jwt: { secret: '<redacted>', issuer: 'https://issuer.example' } },
+    metrics: { listen: '127.0.0.1:9323' },
+  });
+});
+
+t.test('a file with many problems reports all of them', async (t) => {
+  const dir = t.testdir({});
+  const file = join(dir, 'bad.yaml');
+  writeFileSync(
+    file,
+    `listen:
+  - unix: ./ok.sock
+    mode: "0999"
+    group: no-such-group-portcullis
+  - tcp: 127.0.0.1:70000
+  - tcp: abc
+  - tcp: 0.0.0.0:2376
+    tls: { cert: missing-cert.pem, ca: /nonexistent/ca.pem }
+  - unix: /tmp/a.sock
+    tcp: 127.0.0.1:1
+  - {}
+upstream: ftp://example.com:21
+api: { minVersion: "1.10", maxVersion: "2.0" }
+limits: { jsonBodyBytes: -5 }
+auth:
+  jwt:
+    secret: s
+    jwksFile: ./jwks.json
+    algorithms: [none, HS999]
+    surprise: 1
+policy: { dir: 42 }
+audit: { level: verbose }
+metrics: { listen: abc }
+log: { level: loud }
+shutdown: { graceSeconds: "ten" }
+unknownKey: true
+`,
+  );
+  const problems = problemsOf(() => loadConfig(file));
+  const expected = [
+    'unknownKey: unknown key',
+    'listen[0].mode: expected an octal mode between "0000" and "0777" (e.g. "0660"), got "0999"',
+    'listen[0].group: unknown group "no-such-group-portcullis" (not found in /etc/group; use a numeric gid)',
+    'listen[1].tcp: invalid port "70000" in "127.0.0.1:70000", expected 0-65535',
+    'listen[2].tcp: expected host:port, got "abc"',
+    'listen[3].tls.key: required: TLS needs both cert and key',
+    `listen[3].tls.cert: file not readable: ${join(dir, 'missing-cert.pem')} (ENOENT)`,
+    'listen[3].tls.ca: file not readable: /nonexistent/ca.pem (ENOENT)',
+    'listen[4]: give exactly one of unix or tcp, not both',
+    'listen[5]: missing unix: <socket path> or tcp: <host:port>',
+    'upstream: unsupported scheme "ftp://" in "ftp://example.com:21", expected unix:// or tcp:// (http:// and https:// are also accepted)',
+    'api.minVersion: must be between 1.24 and 1.56, got 1.10',
+    'api.maxVersion: expected a version of the form 1.NN (e.g. "1.24"), got "2.0"',
+    'limits.jsonBodyBytes: must be at least 1, got -5',
+    'auth.jwt.surprise: unknown key',
+    'auth.jwt: exactly one of secret, publicKeyFile or jwksFile is allowed, got secret and jwksFile',
+    `auth.jwt.jwksFile: file not readable: ${join(dir, 'jwks.json')} (ENOENT)`,
+    'auth.jwt.algorithms[0]: "none" is never allowed',
+    'auth.jwt.algorithms[1]: unsupported algorithm "HS999", expected one of HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512',
+    'policy.dir: expected a string, got number 42',
+    'audit.level: expected one of metadata, request, got "verbose"',
+    'metrics.listen: expected host:port, got "abc"',
+    'log.level: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"',
+    'shutdown.graceSeconds: expected a number, got "ten"',
+  ];
+  for (const p of expected) t.ok(problems.includes(p), `reports: ${p}`);
+  t.equal(problems.length, expected.length, 'and nothing else');
+  t.same(problems.filter((p) => !expected.includes(p)), [], 'no unexpected problems');
+
+  // The error message lists them too.
+  try {
+    loadConfig(file);
+  } catch (err) {
+    t.type(err, ConfigError);
+    t.match((err as Error).message, /24 problems/);
+    t.match((err as Error).message, /unknownKey: unknown key/);
+  }
+});
+
+t.test('unknown keys at every level', async (t) => {
+  const problems = problemsOf(() =>
+    parseConfig(
+      `bogus: 1
+listen:
+  - tcp: 127.0.0.1:1
+    extra: 2
+    identity: { subject: a, rolez: [x] }
+upstream: { url: "unix:///var/run/docker.sock", verify: true }
+api: { min: "1.30" }
+auth: { oauth: {} }
+audit: { path: x }
+metrics: { port: 1 }
+`,
+      '/etc/portcullis/p.yaml',
+    ),
+  );
+  t.same([...problems].sort(), [
+    'api.min: unknown key',
+    'audit.path: unknown key',
+    'auth.oauth: unknown key',
+    'bogus: unknown key',
+    'listen[0].extra: unknown key',
+    'listen[0].identity.rolez: unknown key',
+    'metrics.port: unknown key',
+    'upstream.verify: unknown key',
+  ]);
+});
+
+t.test('tcp addresses and ports', async (t) => {
+  const bad = (addr: string): string[] => problemsOf(() => parseConfig(`listen:\n  - tcp: "${addr}"\n`, '/x/p.yaml'));
+  t.same(bad('127.0.0.1:65536'), ['listen[0].tcp: invalid port "65536" in "127.0.0.1:65536", expected 0-65535']);
+  t.same(bad('127.0.0.1:-1'), ['listen[0].tcp: invalid port "-1" in "127.0.0.1:-1", expected 0-65535']);
+  t.same(bad('127.0.0.1:http'), ['listen[0].tcp: invalid port "http" in "127.0.0.1:http", expected 0-65535']);
+  t.same(bad('127.0.0.1:'), ['listen[0].tcp: expected host:port, got "127.0.0.1:" (the port is missing)']);
+  t.same(bad(':2375'), ['listen[0].tcp: expected host:port, got ":2375" (the host is missing)']);
+  t.same(bad('::1:2375'), ['listen[0].tcp: IPv6 addresses must be written in brackets, e.g. "[::1]:2375", got "::1:2375"']);
+  t.same(bad('[zz::1]:2375'), ['listen[0].tcp: invalid IPv6 address "zz::1" in "[zz::1]:2375"']);
+  t.same(bad('300.1.1.1:80'), ['listen[0].tcp: invalid host "300.1.1.1" in "300.1.1.1:80"']);
+  t.same(bad('bad host:80'), ['listen[0].tcp: invalid host "bad host" in "bad host:80"']);
+  t.same(problemsOf(() => parseConfig('listen:\n  - tcp: 2375\n', '/x/p.yaml')), ['listen[0].tcp: expected host:port, got number 2375']);
+
+  const ok = parseConfig('listen:\n  - tcp: localhost:0\n  - tcp: 127.0.0.1:0\n  - tcp: "[::]:65535"\n', '/x/p.yaml');
+  t.same(
+    ok.listen.map((l) => (l.kind === 'tcp' ? [l.host, l.port] : [])),
+    [['localhost', 0], ['127.0.0.1', 0], ['::', 65535]],
+  );
+});
+
+t.test('upstream URLs', async (t) => {
+  const up = (yaml: string): Config['upstream'] => parseConfig(`upstream: ${yaml}\n`, '/etc/portcullis/p.yaml').upstream;
+  t.same(up('unix:///run/docker.sock'), { kind: 'unix', path: '/run/docker.sock', url: 'unix:///run/docker.sock' });
+  t.same(up('unix://docker.sock'), { kind: 'unix', path: '/etc/portcullis/docker.sock', url: 'unix:///etc/portcullis/docker.sock' });
+  t.same(up('tcp://10.0.0.1:2375'), { kind: 'tcp', host: '10.0.0.1', port: 2375, url: 'tcp://10.0.0.1:2375' });
+  t.same(up('http://docker.internal:2375/'), { kind: 'tcp', host: 'docker.internal', port: 2375, url: 'tcp://docker.internal:2375' });
+  t.same(up('"tcp://[fd00::1]:2375"'), { kind: 'tcp', host: 'fd00::1', port: 2375, url: 'tcp://[fd00::1]:2375' });
+  t.same(up('{ url: "tcp://h:1" }'), { kind: 'tcp', host: 'h', port: 1, url: 'tcp://h:1' });
+
+  const bad = (yaml: string): string[] => problemsOf(() => parseConfig(`upstream: ${yaml}\n`, '/etc/portcullis/p.yaml'));
+  t.same(bad('ssh://host:22'), [
+    'upstream: unsupported scheme "ssh://" in "ssh://host:22", expected unix:// or tcp:// (http:// and https:// are also accepted)',
+  ]);
+  t.same(bad('/var/run/docker.sock'), ['upstream: expected unix:///path or tcp://host:port, got "/var/run/docker.sock"']);
+  t.same(bad('tcp://host'), ['upstream: expected host:port, got "host"']);
+  t.same(bad('https://host:2376'), ['upstream: https:// requires tls: { cert, key } (use the long form: { url, tls })']);
+  t.same(bad('{ url: "unix:///var/run/docker.sock", tls: { cert: a, key: b } }'), [
+    'upstream.tls.cert: file not readable: /etc/portcullis/a (ENOENT)',
+    'upstream.tls.key: file not readable: /etc/portcullis/b (ENOENT)',
+    'upstream.tls: only allowed with a tcp upstream',
+  ]);
+  t.same(bad('{ tls: {} }'), [
+    'upstream.url: required',
+    'upstream.tls.cert: required: TLS needs both cert and key',
+    'upstream.tls.key: required: TLS needs both cert and key',
+  ]);
+  t.same(bad('42'), ['upstream: expected a URL (unix:///path or tcp://host:port) or a mapping with url and tls, got number 42']);
+});
+
+t.test('jwt key sources and algorithms', async (t) => {
+  const dir = t.testdir({});
+  const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const ec = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+  writeFileSync(join(dir, 'rsa.pub'), rsa.publicKey.export({ type: 'spki', format: 'pem' }));
+  writeFileSync(join(dir, 'ec.pub'), ec.publicKey.export({ type: 'spki', format: 'pem' }));
+  writeFileSync(join(dir, 'jwks.json'), JSON.stringify({ keys: [{ ...rsa.publicKey.export({ format: 'jwk' }), kid: 'one' }] }));
+  writeFileSync(join(dir, 'oct.json'), JSON.stringify({ keys: [{ kty: 'oct', k: 'c2VjcmV0' }] }));
+  writeFileSync(join(dir, 'garbage.pub'), 'not a key');
+  const file = join(dir, 'p.yaml');
+  const jwt = (body: string): Config['auth'] => parseConfig(`auth:\n  jwt: ${body}\n`, file).auth;
+  const bad = (body: string): string[] => problemsOf(() => parseConfig(`auth:\n  jwt: ${body}\n`, file));
+
+  t.same(bad('{ secret: s, publicKeyFile: rsa.pub }'), [
+    'auth.jwt: exactly one of secret, publicKeyFile or jwksFile is allowed, got secret and publicKeyFile',
+  ]);
+  t.same(bad('{ issuer: x }'), ['auth.jwt: exactly one of secret, publicKeyFile or jwksFile is required']);
+  t.same(bad('{ secret: "" }'), ['auth.jwt.secret: must not be empty']);
+
+  t.same(jwt('{ publicKeyFile: rsa.pub, algorithms: [RS256, PS512] }'), {
+    jwt: { publicKeyFile: join(dir, 'rsa.pub'), algorithms: ['RS256', 'PS512'] },
+  });
+  t.same(jwt('{ jwksFile: jwks.json, audience: portcullis }'), { jwt: { jwksFile: join(dir, 'jwks.json'), audience: 'portcullis' } });
+  t.same(jwt('{ publicKeyFile: ec.pub, algorithms: [ES256] }').jwt?.algorithms, ['ES256']);
+
+  t.same(bad('{ publicKeyFile: rsa.pub, algorithms: [HS256] }'), [
+    'auth.jwt.algorithms[0]: "HS256" cannot be used with publicKeyFile (HMAC with a public key lets anyone forge tokens)',
+  ]);
+  t.same(bad('{ secret: s, algorithms: [RS256] }'), [
+    'auth.jwt.algorithms[0]: "RS256" cannot be used with secret (a shared secret needs HS256, HS384 or HS512)',
+  ]);
+  t.same(bad('{ publicKeyFile: ec.pub, algorithms: [RS256, ES384] }'), [
+    'auth.jwt.algorithms[0]: "RS256" does not fit the EC key in publicKeyFile',
+    'auth.jwt.algorithms[1]: "ES384" does not fit the EC key (curve prime256v1) in publicKeyFile',
+  ]);
+  t.same(bad('{ secret: s, algorithms: [None] }'), ['auth.jwt.algorithms[0]: "none" is never allowed']);
+  t.same(bad('{ secret: s, algorithms: [] }'), ['auth.jwt.algorithms: must not be an empty list']);
+  t.match(bad('{ publicKeyFile: garbage.pub }'), [/^auth\.jwt\.publicKeyFile: not a valid public key \(.*\): .*garbage\.pub$/]);
+  t.same(bad('{ jwksFile: oct.json }'), [
+    `auth.jwt.jwksFile: keys[0]: symmetric ("oct") keys are not allowed in a JWKS file; use auth.jwt.secret: ${join(dir, 'oct.json')}`,
+  ]);
+  t.same(bad('{ jwksFile: rsa.pub }').length, 1);
+  t.same(bad('{ secret: s, clockToleranceSeconds: -1, audience: [], claims: { subject: 1, group: x } }'), [
+    'auth.jwt.audience: must not be an empty list',
+    'auth.jwt.clockToleranceSeconds: must be between 0 and 3600, got -1',
+    'auth.jwt.claims.group: unknown key',
+    'auth.jwt.claims.subject: expected a string, got number 1',
+  ]);
+});
+
+t.test('relative paths resolve against the config file directory', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {
+  // Not t.testdir(): its path is too long for the unix socket this config puts beside it.
+  const dir = mkdtempSync(join(tmpdir(), 'portcullis-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const etc = join(dir, 'etc');
+  mkdirSync(join(etc, 'certs'), { recursive: true });
+  selfSigned(join(etc, 'certs'));
+  const file = join(etc, 'portcullis.yaml');
+  writeFileSync(
+    file,
+    `listen:
+  - unix: run/docker.sock
+  - tcp: 127.0.0.1:2376
+    tls: { cert: certs/c.pem, key: ./certs/k.pem, ca: ../etc/certs/c.pem }
+policy: { dir: policies }
+audit: { file: ../var/audit.jsonl }
+auth:
+  jwt: { publicKeyFile: certs/c.pem }
+`,
+  );
+  // Load through a relative path from another working directory.
+  const cwd = process.cwd();
+  process.chdir(dir);
+  t.teardown(() => process.chdir(cwd));
+  const c = loadConfig('etc/portcullis.yaml');
+  t.equal(c.source, file);
+  t.equal(unixListener(c, 0).path, join(etc, 'run', 'docker.sock'));
+  const l = tcpListener(c, 1);
+  t.equal(l.tls?.cert, join(etc, 'certs', 'c.pem'));
+  t.equal(l.tls?.key, join(etc, 'certs', 'k.pem'));
+  t.equal(l.tls?.ca, join(etc, 'certs', 'c.pem'));
+  t.equal(c.policy.dir, join(etc, 'policies'));
+  t.equal(c.audit.file, join(dir, 'var', 'audit.jsonl'));
+  t.equal(c.auth.jwt?.publicKeyFile, join(etc, 'certs', 'c.pem'));
+
+  // parseConfig resolves against dirname(source) in the same way.
+  const p = parseConfig('policy: { dir: ./p }\n', '/srv/conf/portcullis.yaml');
+  t.equal(p.policy.dir, '/srv/conf/p');
+  t.equal(unixListener(p, 0).path, '/srv/conf/portcullis.sock');
+  t.equal(p.audit.file, '/srv/conf/audit.jsonl');
+});
+
+t.test('TLS material is checked', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {
+  const dir = t.testdir({ 'junk.pem': 'hello\n' });
+  selfSigned(dir, 'a-');
+  selfSigned(dir, 'b-');
+  const file = join(dir, 'p.yaml');
+  const bad = (tls: string): string[] => problemsOf(() => parseConfig(`listen:\n  - tcp: 127.0.0.1:1\n    tls: ${tls}\n`, file));
+  t.same(bad('{ cert: a-c.pem, key: b-k.pem }'), [`listen[0].tls.key: does not match the certificate ${join(dir, 'a-c.pem')}`]);
+  t.match(bad('{ cert: junk.pem, key: a-k.pem }'), [/^listen\[0\]\.tls\.cert: not a valid certificate \(.*\): .*junk\.pem$/]);
+  t.match(bad('{ cert: a-c.pem, key: junk.pem }'), [/^listen\[0\]\.tls\.key: not a valid unencrypted private key \(.*\): .*junk\.pem$/]);
+  t.same(bad('{ cert: a-c.pem, key: a-k.pem, ca: junk.pem }'), [`listen[0].tls.ca: no PEM certificate found: ${join(dir, 'junk.pem')}`]);
+  t.same(bad('{ key: a-k.pem }'), ['listen[0].tls.cert: required: TLS needs both cert and key']);
+  t.same(bad('{ cert: a-c.pem, key: .. }'), [`listen[0].tls.key: file not readable: ${dir.replace(/\/[^/]+$/, '')} (EISDIR)`]);
+
+  // A CA bundle with two certificates is fine.
+  writeFileSync(join(dir, 'bundle.pem'), Buffer.concat([readFileSync(join(dir, 'a-c.pem')), readFileSync(join(dir, 'b-c.pem'))]));
+  const ok = parseConfig('listen:\n  - tcp: 127.0.0.1:1\n    tls: { cert: a-c.pem, key: a-k.pem, ca: bundle.pem }\n', file);
+  t.equal(tcpListener(ok, 0).tls?.ca, join(dir, 'bundle.pem'));
+  t.same(describeConfig(ok)['listen'], [
+    {
+      kind: 'tcp',
+      name: 'tcp:127.0.0.1:1',
+      address: '127.0.0.1:1',
+      tls: { cert: join(dir, 'a-c.pem'), key: join(dir, 'a-k.pem'), ca: join(dir, 'bundle.pem'), clientCertificates: 'required' },
+    },
+  ]);
+});
+
+t.test('unix listeners: mode, group, path length', async (t) => {
+  const file = '/srv/p.yaml';
+  const listen = (body: string): Extract<ListenerConfig, { kind: 'unix' }> => unixListener(parseConfig(`listen:\n  - ${body}\n`, file), 0);
+  const bad = (body: string): string[] => problemsOf(() => parseConfig(`listen:\n  - ${body}\n`, file));
+
+  t.equal(listen('{ unix: /s, mode: "0660" }').mode, 0o660);
+  t.equal(listen('{ unix: /s, mode: "600" }').mode, 0o600);
+  t.equal(listen('{ unix: /s, mode: 0660 }').mode, 0o660, 'leading-zero YAML integer is octal');
+  t.equal(listen('{ unix: /s, mode: 0o640 }').mode, 0o640);
+  t.equal(listen('{ unix: /s, mode: 432 }').mode, 0o660, 'other numbers are taken at face value');
+  t.same(bad('{ unix: /s, mode: 660 }'), ['listen[0].mode: expected an octal mode between "0000" and "0777" (e.g. "0660"), got number 660']);
+  t.same(bad('{ unix: /s, mode: "1777" }'), ['listen[0].mode: expected an octal mode between "0000" and "0777" (e.g. "0660"), got "1777"']);
+  t.same(bad('{ unix: /s, mode: rw }'), ['listen[0].mode: expected an octal mode between "0000" and "0777" (e.g. "0660"), got "rw"']);
+
+  const byName = listen('{ unix: /s, group: root }');
+  t.equal(byName.gid, 0);
+  t.equal(byName.group, 'root');
+  t.equal(listen('{ unix: /s, group: "0" }').gid, 0);
+  const numeric = listen('{ unix: /s, group: 4242 }');
+  t.equal(numeric.gid, 4242);
+  t.same(bad('{ unix: /s, group: -1 }'), ['listen[0].group: expected a group name or a gid between 0 and 4294967294, got number -1']);
+
+  t.same(bad('{ tcp: "127.0.0.1:1", mode: "0600", group: root }'), [
+    'listen[0].mode: only allowed on unix listeners',
+    'listen[0].group: only allowed on unix listeners',
+  ]);
+  t.same(bad('{ unix: /s, tls: { cert: a, key: b } }'), ['listen[0].tls: only allowed on tcp listeners']);
+
+  const long = `/tmp/${'x'.repeat(103)}`; // 108 bytes
+  t.same(bad(`{ unix: ${long} }`), [`listen[0].unix: socket path must be shorter than 108 bytes, got 108: ${long}`]);
+  t.equal(listen(`{ unix: ${long.slice(0, -1)} }`).path, long.slice(0, -1), '107 bytes is fine');
+
+  t.same(bad('{ unix: /s, identity: { subject: a }, anonymous: true }'), [
+    'listen[0].anonymous: cannot be true on a listener that has a fixed identity',
+  ]);
+  t.same(bad('{ unix: /s, identity: { roles: [a, 1] } }'), [
+    'listen[0].identity.subject: required',
+    'listen[0].identity.roles[1]: expected a string, got number 1',
+  ]);
+  t.same(listen('{ unix: /s, identity: { subject: a } }').identity, { subject: 'a', roles: [] });
+});
+
+t.test('duplicate listeners and overlapping addresses', async (t) => {
+  const problems = problemsOf(() =>
+    parseConfig(
+      `listen:
+  - tcp: 127.0.0.1:2375
+  - { tcp: 127.0.0.1:2375, name: other }
+  - { unix: /run/a.sock, name: api }
+  - { unix: /run/b.sock, name: api }
+  - unix: /run/../run/a.sock
+  - unix: /var/run/docker.sock
+  - tcp: 127.0.0.1:0
+  - tcp: 127.0.0.1:0
+    name: second-ephemeral
+metrics: { listen: 127.0.0.1:2375 }
+`,
+      '/srv/p.yaml',
+    ),
+  );
+  t.same(problems, [
+    'listen[1].tcp: duplicate address 127.0.0.1:2375 (also used by listen[0])',
+    'listen[3].name: duplicate listener name "api" (also used by listen[2])',
+    'listen[4].unix: duplicate address /run/a.sock (also used by listen[2])',
+    'listen[5].unix: is the upstream socket /var/run/docker.sock; the gateway cannot listen on the socket it forwards to',
+    'metrics.listen: 127.0.0.1:2375 is also used by listen[0]',
+    'metrics.listen: 127.0.0.1:2375 is also used by listen[1]',
+  ]);
+});
+
+t.test('api window', async (t) => {
+  const api = (body: string): Config['api'] => parseConfig(`api: ${body}\n`, '/p.yaml').api;
+  const bad = (body: string): string[] => problemsOf(() => parseConfig(`api: ${body}\n`, '/p.yaml'));
+  t.same(api('{ minVersion: "1.41" }'), { minVersion: '1.41', maxVersion: '1.56' });
+  t.same(api('{ maxVersion: 1.30 }'), { minVersion: '1.24', maxVersion: '1.30' });
+  t.same(bad('{ minVersion: "1.45", maxVersion: "1.44" }'), ['api: minVersion 1.45 is greater than maxVersion 1.44']);
+  t.same(bad('{ minVersion: "1.4" }'), ['api.minVersion: expected a version of the form 1.NN (e.g. "1.24"), got "1.4"']);
+  t.same(bad('{ maxVersion: "1.57" }'), ['api.maxVersion: must be between 1.24 and 1.56, got 1.57']);
+});
+
+t.test('YAML-level problems', async (t) => {
+  const dir = t.testdir({});
+  t.same(problemsOf(() => parseConfig('', join(dir, 'p.yaml'))), [
+    '(root): the configuration is empty; expected a mapping such as "listen: ..."',
+  ]);
+  t.same(problemsOf(() => parseConfig('# only a comment\n', join(dir, 'p.yaml'))).length, 1);
+  t.same(problemsOf(() => parseConfig('- a\n- b\n', join(dir, 'p.yaml'))), ['(root): expected a mapping at the top level, got a list']);
+  t.same(problemsOf(() => parseConfig('hello\n', join(dir, 'p.yaml'))), ['(root): expected a mapping at the top level, got string "hello"']);
+
+  const syntax = problemsOf(() => parseConfig('log:\n  level: [info\nshutdown: {}\n', join(dir, 'p.yaml')));
+  t.equal(syntax.length, 1);
+  t.match(syntax[0], /^yaml syntax error: .* at line \d+, column \d+$/);
+
+  t.same(problemsOf(() => parseConfig('log: {level: info}\nlog: {level: debug}\n', join(dir, 'p.yaml'))), [
+    'yaml syntax error: Map keys must be unique at line 2, column 1',
+  ]);
+  t.match(problemsOf(() => parseConfig('listen:\n  - tcp: [::1]:2375\n', join(dir, 'p.yaml'))), [/^yaml syntax error: .*line 2/]);
+  t.match(problemsOf(() => parseConfig('log: *nowhere\n', join(dir, 'p.yaml'))), [/^yaml: Unresolved alias/]);
+
+  const missing = join(dir, 'nope.yaml');
+  t.same(problemsOf(() => loadConfig(missing)), [`${missing}: cannot read config file (ENOENT)`]);
+
+  mkdirSync(join(dir, 'empty'));
+  writeFileSync(join(dir, 'empty', 'p.yaml'), '\n');
+  t.throws(() => loadConfig(join(dir, 'empty', 'p.yaml')), ConfigError);
+});
+
+t.test('misc types and nulls', async (t) => {
+  const bad = (yaml: string): string[] => problemsOf(() => parseConfig(yaml, '/p.yaml'));
+  t.same(bad('listen: []\n'), ['listen: expected a non-empty list of listeners, got an empty list']);
+  t.same(bad('listen:\n'), ['listen: expected a non-empty list of listeners, got nothing (null)']);
+  t.same(bad('listen: { tcp: "127.0.0.1:1" }\n'), ['listen: expected a non-empty list of listeners, got a mapping']);
+  t.same(bad('listen: [ "127.0.0.1:1" ]\n'), ['listen[0]: expected a mapping, got "127.0.0.1:1"']);
+  t.same(bad('upstream:\n'), ['upstream: expected a URL (unix:///path or tcp://host:port) or a mapping with url and tls, got nothing (null)']);
+  t.same(bad('api: 5\n'), ['api: expected a mapping, got number 5']);
+  t.same(bad('auth:\n  jwt:\n'), ['auth.jwt: expected a mapping, got nothing (null)']);
+  t.same(bad('audit: { stdout: yes }\n'), ['audit.stdout: expected true or false, got "yes"']);
+  t.same(bad('limits: { jsonBodyBytes: 1.5 }\n'), ['limits.jsonBodyBytes: expected a whole number, got 1.5']);
+  t.same(bad('"odd key": 1\n'), ['["odd key"]: unknown key']);
+
+  const noFile = parseConfig('audit: { file: null, stdout: true }\n', '/p.yaml');
+  t.same(noFile.audit, { stdout: true, level: 'metadata' }, 'audit.file: null turns the file off');
+});
+
+t.test('ConfigError', async (t) => {
+  const e = new ConfigError(['a: b', 'c: d'], '/x.yaml');
+  t.type(e, Error);
+  t.equal(e.name, 'ConfigError');
+  t.same(e.problems, ['a: b', 'c: d']);
+  t.equal(e.message, 'invalid configuration (/x.yaml), 2 problems:\n  - a: b\n  - c: d');
+});
