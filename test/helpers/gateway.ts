@@ -1,0 +1,92 @@
+/**
+ * Test helpers: the shared real engine (started once per run by test/engine/before.ts),
+ * a gateway in front of it on a temporary unix socket and an ephemeral TCP port,
+ * and a docker CLI runner that can point at either.
+ */
+import { spawn } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import pino from 'pino'
+import { parseConfig, type Config } from '../../src/config'
+import { startGateway, type Gateway } from '../../src/gateway'
+import { readState, type EngineInfo } from '../engine/engine'
+
+export const CLI28 = '/usr/local/bin/docker'
+export const CLI20 = '/usr/bin/docker'
+
+export function engine (): EngineInfo {
+  return readState()
+}
+
+export interface TestGateway {
+  readonly gateway: Gateway
+  readonly config: Config
+  readonly socket: string
+  readonly dockerHost: string
+  readonly tcp: string
+  readonly dir: string
+  close (): Promise<void>
+}
+
+/** Start a gateway in this process. `yaml` adds to (or overrides) the generated config. */
+export async function startTestGateway (extraYaml = '', upstream?: string): Promise<TestGateway> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcg-'))
+  const socket = path.join(dir, 'gw.sock')
+  const text = `listen:\n  - unix: ${socket}\n  - tcp: 127.0.0.1:0\nupstream: ${upstream ?? `unix://${engine().socket}`}\npolicy: { dir: ${dir} }\naudit: { file: ${dir}/audit.jsonl }\nlog: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }\nshutdown: { graceSeconds: 2 }\n${extraYaml}`
+  const config = parseConfig(text, path.join(dir, 'portcullis.yaml'))
+  const gateway = await startGateway(config, pino({ level: config.log.level }))
+  const tcp = gateway.listeners.find((l) => l.config.kind === 'tcp')?.address ?? ''
+  return {
+    gateway,
+    config,
+    socket,
+    dockerHost: `unix://${socket}`,
+    tcp,
+    dir,
+    async close () {
+      await gateway.close()
+      fs.rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+export interface RunResult { code: number | null, stdout: Buffer, stderr: string }
+
+/**
+ * Run a command with DOCKER_HOST pointing at `host`, feeding `stdin` if given.
+ * A private DOCKER_CONFIG keeps the user's config (and any credentials) out of tests.
+ */
+export async function run (cmd: string, args: readonly string[], opts: { host: string, stdin?: Buffer | string, env?: NodeJS.ProcessEnv, cwd?: string, timeoutMs?: number }): Promise<RunResult> {
+  const child = spawn(cmd, args, {
+    cwd: opts.cwd,
+    env: { ...process.env, DOCKER_HOST: opts.host, DOCKER_CONFIG: opts.env?.DOCKER_CONFIG ?? emptyDockerConfig(), ...opts.env },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  })
+  const out: Buffer[] = []
+  let err = ''
+  child.stdout.on('data', (b: Buffer) => out.push(b))
+  child.stderr.on('data', (b: Buffer) => { err += b.toString() })
+  if (opts.stdin !== undefined) child.stdin.end(opts.stdin)
+  else child.stdin.end()
+  const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000)
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve))
+  clearTimeout(timer)
+  return { code, stdout: Buffer.concat(out), stderr: err }
+}
+
+let dockerConfig: string | undefined
+function emptyDockerConfig (): string {
+  dockerConfig ??= fs.mkdtempSync(path.join(os.tmpdir(), 'pcd-'))
+  return dockerConfig
+}
+
+export function sha256 (data: Buffer | string): string {
+  return createHash('sha256').update(data).digest('hex')
+}
+
+/** A name unique to this test run, so parallel test files never collide on the shared engine. */
+export function uniqueName (prefix: string): string {
+  return `${prefix}-${randomBytes(4).toString('hex')}`
+}
