@@ -42,7 +42,13 @@ function reportConfigError (err: unknown): number {
 }
 
 async function serve (args: string[]): Promise<number> {
-  const { values } = parseArgs({ args, options: { config: { type: 'string', short: 'c' } }, allowPositionals: false })
+  let values: { config?: string }
+  try {
+    values = parseArgs({ args, options: { config: { type: 'string', short: 'c' } }, allowPositionals: false }).values
+  } catch (err) {
+    process.stderr.write(`portcullis serve: ${(err as Error).message}\n\n${HELP}`)
+    return 2
+  }
   const file = values.config ?? process.env.PORTCULLIS_CONFIG
   let config: Config
   try {

@@ -491,6 +491,8 @@ function listeners(ctx: Ctx, root: Mapping): ListenerConfig[] {
   v.forEach((entry: unknown, i) => {
     const l = listener(ctx, at.i(i), entry);
     if (l === undefined) return;
+    // Several unnamed listeners may ask for port 0; their default names must still differ.
+    if (l.kind === 'tcp' && l.port === 0 && own(entry as Mapping, 'name') === undefined) l.name = `${l.name}#${i}`;
     out.push(l);
     const first = names.get(l.name);
     if (first !== undefined) ctx.problem(at.i(i).k('name'), `duplicate listener name "${l.name}" (also used by listen[${first}])`);

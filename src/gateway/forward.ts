@@ -17,8 +17,9 @@ import type { Upstream } from './upstream'
 /** Request headers the gateway consumes and never passes on. */
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
 
-export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext): HeaderMap {
+export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext, upstream: Upstream): HeaderMap {
   const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
+  if (upstream.host) headers.host = upstream.host
   if (ctx.body) headers['content-length'] = String(ctx.body.length)
   else if (req.headers['content-length'] !== undefined && hasBody(req)) headers['content-length'] = req.headers['content-length']
   return headers
@@ -63,7 +64,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
     answer = await upstream.pool.request({
       method: req.method as 'GET',
       path: target.rawUrl,
-      headers: upstreamRequestHeaders(req, ctx),
+      headers: upstreamRequestHeaders(req, ctx, upstream),
       body,
       signal: abort.signal,
     })

@@ -17,7 +17,7 @@ import type { Socket } from 'node:net'
 import { counter, type RequestContext } from './context'
 import { GatewayError, renderError } from './errors'
 import { endToEnd, serializeHead, type HeaderMap } from './headers'
-import { GATEWAY_CONSUMED, upstreamError } from './forward'
+import { upstreamError, upstreamRequestHeaders } from './forward'
 import type { Upstream } from './upstream'
 
 /** The client side of a hijack: either a socket handed over by Node's `upgrade` event, or an ordinary request/response pair. */
@@ -25,8 +25,8 @@ export type HijackClient =
   | { form: 'upgrade', req: IncomingMessage, socket: Duplex, rest: Buffer }
   | { form: 'raw', req: IncomingMessage, res: ServerResponse }
 
-function upgradeHeaders (req: IncomingMessage, ctx: RequestContext): HeaderMap {
-  const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
+function upgradeHeaders (req: IncomingMessage, ctx: RequestContext, upstream: Upstream): HeaderMap {
+  const headers = upstreamRequestHeaders(req, ctx, upstream)
   const protocol = req.headers.upgrade ?? 'tcp'
   headers.upgrade = protocol
   headers.connection = 'Upgrade'
@@ -81,7 +81,7 @@ function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: ()
 export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('hijack before routing')
-  const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: target.rawUrl, headers: upgradeHeaders(client.req, ctx) })
+  const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: target.rawUrl, headers: upgradeHeaders(client.req, ctx, upstream) })
   const sent = performance.now()
 
   return await new Promise<void>((resolve, reject) => {
@@ -128,10 +128,12 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         out.writeHead(200, { 'content-type': res.headers['content-type'] ?? 'application/vnd.docker.raw-stream' })
         out.flushHeaders()
         if (engineHead.length) { out.write(engineHead); ctx.bytesOut += engineHead.length }
-        // Whatever the client streams as its request body is stdin; the request's end is
-        // not a half-close here (the engine would not see one either), the socket's is.
+        // Whatever the client streams as its request body is stdin. The request's end is
+        // not a half-close (the engine would not see one either). A FIN on this socket
+        // ends the session: Node's HTTP server cannot tell it from a disconnect, and a
+        // disconnect must end the upstream work; clients that need half-close send
+        // `Upgrade: tcp` (every client since API 1.24 does).
         req.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length; engine.write(chunk) })
-        req.socket.once('end', () => engine.end())
         engine.pipe(counter((n) => { ctx.bytesOut += n })).pipe(out)
         const finish = (): void => { engine.destroy(); out.destroy(); settle() }
         engine.once('close', () => { out.end(); settle() })

@@ -54,9 +54,13 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     },
     async close (): Promise<void> {
       log.info({ activeRequests: inflight.activeRequests, activeStreams: inflight.activeStreams }, 'shutting down')
-      for (const l of listeners) l.server.close()
+      // Stop accepting (fastify answers 503 on kept-alive connections meanwhile), close
+      // long streams and hijacked sessions at once, give the rest the grace period,
+      // then cut whatever is still open.
+      const closing = Promise.allSettled(listeners.map((l) => l.app.close()))
       await inflight.drain(config.shutdown.graceSeconds * 1000)
-      await Promise.allSettled(listeners.map((l) => l.app.close()))
+      for (const l of listeners) l.server.closeAllConnections()
+      await closing
       await upstream.close()
       log.info('stopped')
     },

@@ -25,6 +25,9 @@ export interface Listening {
 function createServer (cfg: ListenerConfig, handler: http.RequestListener): http.Server | https.Server {
   const server = cfg.kind === 'tcp' && cfg.tls
     ? https.createServer({
+      // As for plain HTTP servers: a client's half-close (the docker CLI closes its
+      // write side after stdin) must not end an attach or exec session's output.
+      allowHalfOpen: true,
       cert: cfg.tls.material.cert,
       key: cfg.tls.material.key,
       ...(cfg.tls.material.ca ? { ca: cfg.tls.material.ca, requestCert: true, rejectUnauthorized: true } : {}),
@@ -35,8 +38,10 @@ function createServer (cfg: ListenerConfig, handler: http.RequestListener): http
   server.requestTimeout = 0
   server.timeout = 0
   server.headersTimeout = 60_000
-  // Keep a client's half-close from ending a response still being written.
-  ;(server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
+  // `httpAllowHalfOpen` stays false: a client's FIN on an ordinary request means it is
+  // gone (Go's server cancels the request the same way), which is what ends `logs -f`
+  // or `events` upstream. Hijacked sockets leave Node's HTTP handling and keep
+  // half-close (see hijack.ts).
   return server
 }
 
@@ -63,7 +68,6 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
   const app = Fastify({
     serverFactory: (handler) => { server = createServer(cfg, handler); return server },
     logger: false,
-    disableRequestLogging: true,
     routerOptions: { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false, maxParamLength: 65_535 },
     return503OnClosing: true,
     forceCloseConnections: 'idle',
@@ -101,9 +105,16 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
   })
   if (cfg.kind === 'unix') {
     await clearStaleSocket(cfg.path)
-    await app.listen({ path: cfg.path })
-    if (cfg.mode !== undefined) fs.chmodSync(cfg.path, cfg.mode)
+    // Created owner-only, then opened up to the configured mode and group: no moment
+    // where the umask's permissions let someone else connect.
+    const umask = process.umask(0o177)
+    try {
+      await app.listen({ path: cfg.path })
+    } finally {
+      process.umask(umask)
+    }
     if (cfg.gid !== undefined) fs.chownSync(cfg.path, process.getuid?.() ?? 0, cfg.gid)
+    fs.chmodSync(cfg.path, cfg.mode ?? 0o666 & ~umask)
     return { config: cfg, app, server: srv, address: `unix:${cfg.path}` }
   }
   await app.listen({ host: cfg.host, port: cfg.port })

@@ -13,6 +13,12 @@ import type { UpstreamConfig } from '../config'
 
 export interface Upstream {
   readonly url: string
+  /**
+   * The Host header for a TCP upstream (`host:port`). The client's Host names the
+   * gateway (`api.moby.localhost` from the CLI on a unix socket), not the engine, and
+   * both TLS clients would verify the engine's certificate against it.
+   */
+  readonly host?: string
   readonly pool: Pool
   /** Start a request on a fresh, unpooled connection; the caller handles 'upgrade' and 'response'. */
   hijackRequest (options: { method: string, path: string, headers: http.OutgoingHttpHeaders }): http.ClientRequest
@@ -33,13 +39,14 @@ export function createUpstream (cfg: UpstreamConfig): Upstream {
     // SNI carries host names only (RFC 6066 §3); for an IP address the certificate's IP SAN is checked.
     const servername = net.isIP(cfg.host) ? undefined : cfg.host
     pool = new Pool(`https://${hostPort(cfg.host, cfg.port)}`, { ...common, connect: { cert, key, ca, servername } })
-    hijackRequest = (o) => https.request({ ...o, host: cfg.host, port: cfg.port, cert, key, ca, servername, agent: false, setHost: false })
+    hijackRequest = (o) => https.request({ ...o, host: cfg.host, port: cfg.port, cert, key, ca, servername: servername ?? '', agent: false, setHost: false })
   } else {
     pool = new Pool(`http://${hostPort(cfg.host, cfg.port)}`, common)
     hijackRequest = (o) => http.request({ ...o, host: cfg.host, port: cfg.port, agent: false, setHost: false })
   }
   return {
     url: cfg.url,
+    ...(cfg.kind === 'tcp' ? { host: hostPort(cfg.host, cfg.port) } : {}),
     pool,
     hijackRequest,
     close: async () => { await pool.destroy() },

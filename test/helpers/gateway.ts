@@ -78,7 +78,11 @@ export async function run (cmd: string, args: readonly string[], opts: { host: s
 
 let dockerConfig: string | undefined
 function emptyDockerConfig (): string {
-  dockerConfig ??= fs.mkdtempSync(path.join(os.tmpdir(), 'pcd-'))
+  if (dockerConfig === undefined) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcd-'))
+    process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }))
+    dockerConfig = dir
+  }
   return dockerConfig
 }
 
