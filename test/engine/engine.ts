@@ -1,0 +1,485 @@
+// Private Docker engine for the real-engine tests.
+//
+// startEngine() runs a dockerd of its own (data, exec root, socket, logs and its
+// own containerd all under one directory), detached so that it outlives the
+// process that started it, and loads a busybox test image without any registry.
+// stopEngine() tears all of it down again.
+import { spawn, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as http from 'node:http';
+import * as path from 'node:path';
+
+export interface EngineInfo {
+  dir: string;
+  socket: string;
+  dockerHost: string;
+  pid: number;
+  image: string;
+}
+
+export const TEST_IMAGE = 'portcullis-test/busybox:latest';
+
+/** Repository root: the nearest directory above this file holding package.json. */
+export const REPO_ROOT = findRepoRoot(__dirname);
+export const STATE_FILE = path.join(REPO_ROOT, '.engine', 'state.json');
+
+const BUSYBOX = '/bin/busybox'; // the static one, from busybox-static
+const DOCKER_INIT = '/usr/bin/docker-init'; // tini, shipped by docker.io
+const START_TIMEOUT_MS = 60_000;
+const TERM_TIMEOUT_MS = 20_000;
+const KILL_TIMEOUT_MS = 5_000;
+// Unix socket paths must fit in sun_path (108 bytes with the NUL); the longest
+// socket below an engine dir is containerd's ttrpc one.
+const LONGEST_SOCKET = 'exec/containerd/containerd.sock.ttrpc';
+const SOCKET_PATH_MAX = 107;
+// comm names of the processes an engine consists of ("containerd-shim" is the
+// 15-character truncation of containerd-shim-runc-v2).
+const ENGINE_PROCESS = /^(dockerd|containerd|containerd-shim.*|docker-init|docker-proxy|runc)$/;
+
+function findRepoRoot(from: string): string {
+  for (let dir = from; ; dir = path.dirname(dir)) {
+    if (fs.existsSync(path.join(dir, 'package.json'))) return dir;
+    if (path.dirname(dir) === dir) throw new Error(`no package.json above ${from}`);
+  }
+}
+
+/** Whether an engine in dir keeps all its unix socket paths within the kernel limit. */
+export function fitsSocketLimit(dir: string): boolean {
+  return Buffer.byteLength(path.join(path.resolve(dir), LONGEST_SOCKET)) <= SOCKET_PATH_MAX;
+}
+
+export function engineInfo(dir: string, pid: number): EngineInfo {
+  const socket = path.join(dir, 'docker.sock');
+  return { dir, socket, dockerHost: `unix://${socket}`, pid, image: TEST_IMAGE };
+}
+
+/** Path of the docker CLI, preferring docker.io's own (same version as the daemon). */
+export function dockerCli(): string {
+  const cli = ['/usr/bin/docker', '/usr/local/bin/docker'].find((p) => fs.existsSync(p));
+  if (!cli) throw new Error('docker CLI not found in /usr/bin or /usr/local/bin');
+  return cli;
+}
+
+/** Environment for running the docker CLI against the engine. */
+export function dockerEnv(info: EngineInfo): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, DOCKER_HOST: info.dockerHost };
+  for (const k of ['DOCKER_CONTEXT', 'DOCKER_TLS_VERIFY', 'DOCKER_CERT_PATH']) delete env[k];
+  return env;
+}
+
+// The state file also records which process owns the engine (the tap runner
+// or `npm run engine`), so that a second run in the same checkout refuses to
+// start instead of stopping an engine that is still in use.
+interface State extends EngineInfo {
+  owner?: { pid: number; start: string };
+}
+
+function readStateFile(): State | undefined {
+  let text: string;
+  try {
+    text = fs.readFileSync(STATE_FILE, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  const s = JSON.parse(text) as Partial<State>;
+  if (typeof s.dir !== 'string' || typeof s.pid !== 'number') {
+    throw new Error(`${STATE_FILE} is not a valid engine state: ${text}`);
+  }
+  return { ...engineInfo(s.dir, s.pid), owner: s.owner };
+}
+
+export function readState(): EngineInfo {
+  const state = readStateFile();
+  if (!state) {
+    throw new Error(
+      `No test engine: ${STATE_FILE} does not exist. Run the tests through tap ` +
+        '(its before script starts the engine) or start one with `npm run engine`.',
+    );
+  }
+  return engineInfo(state.dir, state.pid);
+}
+
+/** Records info as the current engine, owned by process ownerPid. */
+export function writeState(info: EngineInfo, ownerPid: number): void {
+  const state: State = { ...info, owner: { pid: ownerPid, start: readProc(ownerPid)?.start ?? '' } };
+  fs.mkdirSync(path.dirname(STATE_FILE), { recursive: true });
+  const tmp = `${STATE_FILE}.${process.pid}`;
+  fs.writeFileSync(tmp, JSON.stringify(state, null, 2) + '\n');
+  fs.renameSync(tmp, STATE_FILE);
+}
+
+export function removeState(): void {
+  fs.rmSync(STATE_FILE, { force: true });
+}
+
+/** Pid of the still running owner of the engine in the state file, if any. */
+export function stateOwner(): number | undefined {
+  const owner = readStateFile()?.owner;
+  return owner && readProc(owner.pid)?.start === owner.start ? owner.pid : undefined;
+}
+
+/** Whether info.pid is still the (non-zombie) dockerd of info.dir. */
+export function isEngineAlive(info: EngineInfo): boolean {
+  const proc = readProc(info.pid);
+  return proc !== undefined && proc.comm === 'dockerd' && mentions(proc.args, info.dir);
+}
+
+/**
+ * Stops an engine left behind by an earlier run, as recorded in the state file
+ * or found in dir; returns whether there was anything to clean up. Throws if
+ * the engine in the state file is owned by a process that is still running.
+ */
+export async function stopStaleEngine(dir?: string): Promise<boolean> {
+  let stale = false;
+  const state = readStateFile();
+  if (state) {
+    const owner = stateOwner();
+    if (owner !== undefined) {
+      throw new Error(
+        `the engine in ${state.dir} (${STATE_FILE}) is in use by pid ${owner}, ` +
+          'a tap run or `npm run engine` in this checkout; stop that first',
+      );
+    }
+    await stopEngine(state);
+    removeState();
+    stale = true;
+  }
+  if (dir && fs.existsSync(dir)) {
+    let pid = 0;
+    try {
+      pid = Number(fs.readFileSync(path.join(dir, 'dockerd.pid'), 'utf8').trim());
+    } catch {
+      // no pidfile: dockerd is not running, or killLeftovers will find it
+    }
+    await stopEngine(engineInfo(path.resolve(dir), pid));
+    stale = true;
+  }
+  return stale;
+}
+
+export async function startEngine(dir: string): Promise<EngineInfo> {
+  if (process.getuid?.() !== 0) throw new Error('the test engine must be started as root');
+  dir = path.resolve(dir);
+  if (!fitsSocketLimit(dir)) {
+    throw new Error(`${dir} is too long for unix socket paths below it; use something like /tmp/pcx-XXXX`);
+  }
+  await ensurePackages();
+  const dockerd = findExecutable('dockerd');
+  if (!dockerd) throw new Error('dockerd not found after installing docker.io');
+
+  fs.mkdirSync(dir, { recursive: true });
+  const info = engineInfo(dir, 0);
+  try {
+    const failure = spawnDockerd(info, dockerd);
+    await waitForPing(info.socket, failure);
+    info.pid = Number(fs.readFileSync(path.join(dir, 'dockerd.pid'), 'utf8').trim());
+    await ensureImage(info);
+    return info;
+  } catch (err) {
+    const tail = logTail(path.join(dir, 'dockerd.log'), 40);
+    await stopEngine(info).catch((e) => console.error(`# cleanup after failed start: ${(e as Error).message}`));
+    throw new Error(`${(err as Error).message}\n--- last lines of ${dir}/dockerd.log ---\n${tail}`);
+  }
+}
+
+/** Starts dockerd detached; returns a function telling whether it has died meanwhile. */
+function spawnDockerd(info: EngineInfo, dockerd: string): () => string | undefined {
+  const { dir } = info;
+  // Own config file, so /etc/docker/daemon.json is not read, and the daemon key
+  // (which also gives the engine its ID) is not shared via /etc/docker/key.json.
+  const config = path.join(dir, 'daemon.json');
+  fs.writeFileSync(config, JSON.stringify({ 'deprecated-key-path': path.join(dir, 'key.json') }) + '\n');
+  const dockerdArgs = [
+    `--host=${info.dockerHost}`,
+    `--data-root=${path.join(dir, 'data')}`,
+    `--exec-root=${path.join(dir, 'exec')}`,
+    `--pidfile=${path.join(dir, 'dockerd.pid')}`,
+    `--config-file=${config}`,
+    '--iptables=false',
+  ];
+  // dockerd gets its own mount and network namespaces: docker0, user networks,
+  // published ports and all overlay/netns mounts stay private to this engine
+  // (another dockerd on the host would otherwise share docker0 and its subnet)
+  // and vanish with it; published ports are only reachable from inside (e.g.
+  // from a --network host container), not from the host.
+  // dockerd uses the system containerd if /run/containerd/containerd.sock
+  // exists; covering /run/containerd with a tmpfs makes it start its own under
+  // exec-root instead, shim sockets included.
+  // docker-init (tini) as subreaper reaps the daemonised shims, which PID 1
+  // does not do on every machine.
+  const setup = [
+    'set -e',
+    `${BUSYBOX} ip link set lo up`,
+    `${BUSYBOX} mkdir -p /run/containerd`,
+    `${BUSYBOX} mount -t tmpfs -o mode=0711 pcx /run/containerd`,
+    'exec "$@"',
+  ].join('\n');
+  const log = fs.openSync(path.join(dir, 'dockerd.log'), 'a');
+  const child = spawn(
+    'unshare',
+    ['--mount', '--propagation', 'slave', '--net', BUSYBOX, 'sh', '-c', setup, 'sh', DOCKER_INIT, '-s', '--', dockerd, ...dockerdArgs],
+    { detached: true, stdio: ['ignore', log, log] },
+  );
+  fs.closeSync(log);
+  let failure: string | undefined;
+  child.on('exit', (code, signal) => (failure = `dockerd exited (${signal ?? code}) during startup`));
+  child.on('error', (err) => (failure = `cannot start dockerd: ${err.message}`));
+  child.unref();
+  return () => failure;
+}
+
+export async function stopEngine(info: EngineInfo): Promise<void> {
+  const dir = path.resolve(info.dir);
+  if (isEngineAlive(info)) {
+    await emptyEngine(info).catch((err) => console.error(`# engine cleanup via API failed: ${(err as Error).message}`));
+    signalAll([info.pid], 'SIGTERM');
+    if (!(await waitGone([info.pid], TERM_TIMEOUT_MS))) {
+      signalAll([info.pid], 'SIGKILL');
+      await waitGone([info.pid], KILL_TIMEOUT_MS);
+    }
+  }
+  await killLeftovers(dir);
+  unmountBelow(dir);
+  fs.rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+}
+
+// ---------------------------------------------------------------- engine API
+
+interface Reply {
+  status: number;
+  body: string;
+}
+
+export function api(socket: string, method: string, urlPath: string, timeoutMs = 30_000): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ socketPath: socket, method, path: urlPath, timeout: timeoutMs }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath}: timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function waitForPing(socket: string, failure: () => string | undefined): Promise<void> {
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  for (;;) {
+    const err = failure();
+    if (err) throw new Error(err);
+    const ok = await api(socket, 'GET', '/_ping', 2_000).then(
+      (r) => r.status === 200 && r.body === 'OK',
+      () => false,
+    );
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`dockerd did not answer /_ping on ${socket} within ${START_TIMEOUT_MS / 1000} s`);
+    await sleep(100);
+  }
+}
+
+/** Leaves swarm mode and removes every container, so no shims outlive dockerd. */
+async function emptyEngine(info: EngineInfo): Promise<void> {
+  const sys = JSON.parse((await api(info.socket, 'GET', '/info')).body) as { Swarm?: { LocalNodeState?: string } };
+  const swarm = sys.Swarm?.LocalNodeState;
+  if (swarm && swarm !== 'inactive') await api(info.socket, 'POST', '/swarm/leave?force=1', 60_000);
+  const list = JSON.parse((await api(info.socket, 'GET', '/containers/json?all=1')).body) as { Id: string }[];
+  await Promise.all(list.map((c) => api(info.socket, 'DELETE', `/containers/${c.Id}?force=1&v=1`, 60_000)));
+}
+
+async function ensureImage(info: EngineInfo): Promise<void> {
+  if ((await api(info.socket, 'GET', `/images/${info.image}/json`)).status === 200) return;
+  const root = path.join(info.dir, 'image-rootfs');
+  const tar = path.join(info.dir, 'image.tar');
+  fs.rmSync(root, { recursive: true, force: true });
+  for (const d of ['bin', 'etc', 'tmp']) fs.mkdirSync(path.join(root, d), { recursive: true });
+  fs.chmodSync(path.join(root, 'tmp'), 0o1777);
+  fs.copyFileSync(BUSYBOX, path.join(root, 'bin/busybox'));
+  fs.chmodSync(path.join(root, 'bin/busybox'), 0o755);
+  const applets = (await run(BUSYBOX, ['--list'])).split('\n').filter((a) => a && a !== 'busybox');
+  for (const applet of applets) fs.symlinkSync('busybox', path.join(root, 'bin', applet));
+  fs.writeFileSync(
+    path.join(root, 'etc/passwd'),
+    'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n',
+  );
+  fs.writeFileSync(path.join(root, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
+  await run('tar', ['--numeric-owner', '-C', root, '-cf', tar, '.']);
+  await run(dockerCli(), ['import', '--change', 'CMD ["/bin/sh"]', tar, info.image], { env: dockerEnv(info) });
+  fs.rmSync(root, { recursive: true, force: true });
+  fs.rmSync(tar, { force: true });
+}
+
+// ---------------------------------------------------------------- packages
+
+async function ensurePackages(): Promise<void> {
+  if (findExecutable('dockerd') && fs.existsSync(DOCKER_INIT) && (await staticBusyboxInstalled())) return;
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  console.error('# installing docker.io and busybox-static');
+  await run('apt-get', ['update'], { env, inherit: true });
+  await run('apt-get', ['install', '-y', 'docker.io', 'busybox-static'], { env, inherit: true });
+}
+
+// /usr/bin/busybox may be the dynamically linked busybox package; only
+// busybox-static's /bin/busybox can be copied into an empty image.
+async function staticBusyboxInstalled(): Promise<boolean> {
+  const status = await run('dpkg-query', ['-W', '-f=${Status}', 'busybox-static']).catch(() => '');
+  return status.trim() === 'install ok installed' && fs.existsSync(BUSYBOX);
+}
+
+function findExecutable(name: string): string | undefined {
+  const dirs = [...(process.env.PATH ?? '').split(':'), '/usr/local/sbin', '/usr/sbin', '/sbin'];
+  for (const d of dirs) {
+    const p = path.join(d || '.', name);
+    try {
+      fs.accessSync(p, fs.constants.X_OK);
+      return p;
+    } catch {
+      // keep looking
+    }
+  }
+  return undefined;
+}
+
+// ---------------------------------------------------------------- processes
+
+interface Proc {
+  pid: number;
+  ppid: number;
+  start: string; // in clock ticks since boot: with pid, identifies a process
+  comm: string;
+  args: string[];
+}
+
+/** A live (non-zombie) process; undefined if gone or a zombie. */
+function readProc(pid: number): Proc | undefined {
+  if (!(pid > 0)) return undefined;
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // "pid (comm) state ppid ...": comm may itself contain spaces and parens.
+    const close = stat.lastIndexOf(')');
+    const fields = stat.slice(close + 2).split(' ');
+    if (fields[0] === 'Z' || fields[0] === 'X') return undefined;
+    const comm = stat.slice(stat.indexOf('(') + 1, close);
+    const args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    return { pid, ppid: Number(fields[1]), start: fields[19], comm, args };
+  } catch {
+    return undefined;
+  }
+}
+
+function allProcs(): Proc[] {
+  return fs
+    .readdirSync('/proc')
+    .filter((n) => /^\d+$/.test(n))
+    .map((n) => readProc(Number(n)))
+    .filter((p): p is Proc => p !== undefined);
+}
+
+function mentions(args: string[], dir: string): boolean {
+  return args.some((a) => a.includes(`${dir}/`));
+}
+
+/**
+ * Kills whatever is left of the engine in dir (dockerd, its containerd, shims,
+ * and the container processes below the shims), e.g. after a SIGKILLed dockerd.
+ */
+async function killLeftovers(dir: string): Promise<void> {
+  const procs = allProcs();
+  const engine = procs.filter((p) => ENGINE_PROCESS.test(p.comm) && mentions(p.args, dir)).map((p) => p.pid);
+  if (engine.length === 0) return;
+  const victims = new Set(engine);
+  for (let size = 0; size !== victims.size; ) {
+    size = victims.size;
+    for (const p of procs) if (victims.has(p.ppid)) victims.add(p.pid);
+  }
+  const pids = [...victims];
+  signalAll(pids, 'SIGTERM');
+  if (await waitGone(pids, KILL_TIMEOUT_MS)) return;
+  signalAll(pids, 'SIGKILL');
+  if (!(await waitGone(pids, KILL_TIMEOUT_MS))) {
+    throw new Error(`engine processes of ${dir} survived SIGKILL: ${pids.filter((p) => readProc(p)).join(' ')}`);
+  }
+}
+
+function signalAll(pids: number[], signal: NodeJS.Signals): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // already gone
+    }
+  }
+}
+
+async function waitGone(pids: number[], timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (pids.some((p) => readProc(p))) {
+    if (Date.now() > deadline) return false;
+    await sleep(100);
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- mounts
+
+function mountsBelow(dir: string): string[] {
+  // /proc/mounts escapes space, tab, newline and backslash as octal.
+  const unescape = (s: string) => s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+  return fs
+    .readFileSync('/proc/self/mounts', 'utf8')
+    .split('\n')
+    .map((line) => unescape(line.split(' ')[1] ?? ''))
+    .filter((m) => m === dir || m.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+}
+
+// dockerd mounts in its own namespace, so normally there is nothing here; but
+// rm -r must never descend into something still mounted below dir.
+function unmountBelow(dir: string): void {
+  for (const m of mountsBelow(dir)) {
+    if (spawnSyncOk('umount', [m])) continue;
+    spawnSyncOk('umount', ['-l', m]);
+  }
+  const left = mountsBelow(dir);
+  if (left.length) throw new Error(`still mounted below ${dir}, not removing it: ${left.join(', ')}`);
+}
+
+// ---------------------------------------------------------------- helpers
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+function logTail(file: string, lines: number): string {
+  try {
+    return fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
+function spawnSyncOk(cmd: string, args: string[]): boolean {
+  return spawnSync(cmd, args, { stdio: 'ignore' }).status === 0;
+}
+
+/** Runs a command, resolving with its stdout; rejects with its stderr on failure. */
+function run(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; inherit?: boolean } = {}): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, {
+      env: opts.env ?? process.env,
+      // inherit: show progress (apt) on stderr rather than interleaving with TAP on stdout
+      stdio: opts.inherit ? ['ignore', process.stderr, process.stderr] : ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr?.on('data', (d: Buffer) => (err += d.toString()));
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`${cmd} ${args.join(' ')} failed (${code}): ${err.trim()}`)),
+    );
+  });
+}
