@@ -314,19 +314,24 @@ async function ensureImage(info: EngineInfo): Promise<void> {
 
 // ---------------------------------------------------------------- packages
 
-async function ensurePackages(): Promise<void> {
-  if (findExecutable('dockerd') && fs.existsSync(DOCKER_INIT) && (await staticBusyboxInstalled())) return;
-  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  console.error('# installing docker.io and busybox-static');
-  await run('apt-get', ['update'], { env, inherit: true });
-  await run('apt-get', ['install', '-y', 'docker.io', 'busybox-static'], { env, inherit: true });
-}
+/**
+ * What the tests need from Debian: the engine, the busybox the test image is made of,
+ * and the real clients the compatibility tests drive (docker-py and compose 1.29).
+ */
+// busybox-static, not busybox: only its /bin/busybox can be copied into an empty image.
+const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose'];
 
-// /usr/bin/busybox may be the dynamically linked busybox package; only
-// busybox-static's /bin/busybox can be copied into an empty image.
-async function staticBusyboxInstalled(): Promise<boolean> {
-  const status = await run('dpkg-query', ['-W', '-f=${Status}', 'busybox-static']).catch(() => '');
-  return status.trim() === 'install ok installed' && fs.existsSync(BUSYBOX);
+async function ensurePackages(): Promise<void> {
+  const missing: string[] = [];
+  for (const pkg of PACKAGES) {
+    const status = await run('dpkg-query', ['-W', '-f=${Status}', pkg]).catch(() => '');
+    if (status.trim() !== 'install ok installed') missing.push(pkg);
+  }
+  if (missing.length === 0 && findExecutable('dockerd') && fs.existsSync(DOCKER_INIT) && fs.existsSync(BUSYBOX)) return;
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  console.error(`# installing ${missing.join(' ') || PACKAGES.join(' ')}`);
+  await run('apt-get', ['update'], { env, inherit: true });
+  await run('apt-get', ['install', '-y', ...(missing.length ? missing : PACKAGES)], { env, inherit: true });
 }
 
 function findExecutable(name: string): string | undefined {
