@@ -28,7 +28,9 @@ export interface Upstream {
 export function createUpstream (cfg: UpstreamConfig): Upstream {
   // No timeouts on the engine side: `logs -f`, `events` and `wait` are legitimately idle
   // for hours. A client's disconnect is what ends them (see forward.ts).
-  const common = { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 30_000, pipelining: 0 }
+  // pipelining 1 = one request at a time per connection, kept alive between requests
+  // (0 would close every connection after one request).
+  const common = { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 30_000, pipelining: 1 }
   let pool: Pool
   let hijackRequest: Upstream['hijackRequest']
   if (cfg.kind === 'unix') {
