@@ -1,0 +1,229 @@
+/**
+ * Loading, validating and evaluating a policy directory.
+ *
+ * A policy directory holds (see policies/README.md):
+ *   policy.yaml   the manifest: the Casbin model, the policy files with their mode
+ *                 (`enforce` or `audit`), and the rewrites file
+ *   model.conf    the Casbin model (subjects and roles, tenants as domains,
+ *                 operation ids and resource kinds, allow/deny with deny winning)
+ *   *.csv         Casbin policy lines: `p, SUBJECT, TENANT, OPERATION, KIND, EFFECT, RULE-ID, CONDITION`
+ *                 and role lines: `g, ROLE-OR-USER, ROLE, TENANT`
+ *   rewrites.yaml body rewrites applied before evaluation
+ *
+ * A directory is compiled as a whole into an immutable `Policy`; anything wrong
+ * (syntax, an unknown operation id, a condition that does not compile, a duplicate
+ * rule id) is reported as a PolicyError listing every problem, and nothing is used.
+ */
+import { createHash } from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { compile as compileExpression } from '@casbin/expression-eval'
+import { newEnforcer, newModel, StringAdapter, Util, type Enforcer } from 'casbin'
+import { parse as parseYaml } from 'yaml'
+import { operations } from '../gateway/catalog/operations'
+import { buildInput, type PolicyInput } from './facts'
+import { conditionFunctions } from './functions'
+import { compileRewrites, type AppliedRewrite, type RewriteRule, applyRewrites } from './rewrite'
+
+export type Mode = 'enforce' | 'audit'
+
+export interface Principal {
+  readonly subject: string
+  readonly tenant: string | null
+  readonly roles: readonly string[]
+}
+
+export interface RuleRef { readonly policy: string, readonly rule: string }
+
+export interface Decision {
+  /** What happens: `allow`, `deny`, or `would_deny` (allowed, but an audit-mode policy would deny). */
+  readonly decision: 'allow' | 'deny' | 'would_deny'
+  /** The rule that decided (the denying rule, or the allowing one); null when no rule matched (default deny). */
+  readonly rule: RuleRef | null
+  /** Audit-mode rules that would have denied. */
+  readonly wouldDeny: readonly RuleRef[]
+  readonly policyVersion: string
+}
+
+export interface Evaluation {
+  readonly decision: Decision
+  readonly input: PolicyInput
+  /** The body after rewrites (undefined if there was none and none was added). */
+  readonly body: unknown
+  readonly rewrites: readonly AppliedRewrite[]
+}
+
+export interface Policy {
+  readonly dir: string
+  /** sha256 over every file the policy was compiled from (first 12 hex digits). */
+  readonly version: string
+  evaluate (who: Principal, request: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation>
+}
+
+export class PolicyError extends Error {
+  readonly problems: readonly string[]
+  constructor (dir: string, problems: string[]) {
+    super(`invalid policy in ${dir}:\n${problems.map((p) => `  - ${p}`).join('\n')}`)
+    this.problems = problems
+  }
+}
+
+interface PolicySet { file: string, mode: Mode, enforcer: Enforcer }
+
+const OPERATION_IDS = new Set(operations.map((o) => o.id))
+const KINDS = new Set(operations.map((o) => o.kind))
+const EFFECTS = new Set(['allow', 'deny'])
+
+/** The columns of a `p` line, as the model names them. */
+const P = { sub: 0, dom: 1, op: 2, kind: 3, eft: 4, rule: 5, cond: 6 } as const
+
+function readManifest (dir: string, problems: string[]): { model: string, policies: Array<{ file: string, mode: Mode }>, rewrites?: string } | null {
+  const file = path.join(dir, 'policy.yaml')
+  let doc: unknown
+  try {
+    doc = parseYaml(fs.readFileSync(file, 'utf8'))
+  } catch (err) {
+    problems.push(`policy.yaml: ${(err as Error).message.split('\n')[0]}`)
+    return null
+  }
+  const m = doc as { model?: unknown, policies?: unknown, rewrites?: unknown }
+  if (m === null || typeof m !== 'object') { problems.push('policy.yaml: expected a mapping'); return null }
+  for (const k of Object.keys(m)) if (!['model', 'policies', 'rewrites'].includes(k)) problems.push(`policy.yaml: ${k}: unknown key`)
+  if (typeof m.model !== 'string') problems.push('policy.yaml: model: expected a file name')
+  if (m.rewrites !== undefined && typeof m.rewrites !== 'string') problems.push('policy.yaml: rewrites: expected a file name')
+  const policies: Array<{ file: string, mode: Mode }> = []
+  if (!Array.isArray(m.policies) || m.policies.length === 0) {
+    problems.push('policy.yaml: policies: expected a non-empty list of { file, mode }')
+  } else {
+    m.policies.forEach((p: unknown, i) => {
+      const e = p as { file?: unknown, mode?: unknown }
+      if (typeof e?.file !== 'string') { problems.push(`policy.yaml: policies[${i}].file: expected a file name`); return }
+      const mode = e.mode ?? 'enforce'
+      if (mode !== 'enforce' && mode !== 'audit') { problems.push(`policy.yaml: policies[${i}].mode: expected enforce or audit`); return }
+      for (const k of Object.keys(e)) if (k !== 'file' && k !== 'mode') problems.push(`policy.yaml: policies[${i}].${k}: unknown key`)
+      policies.push({ file: e.file, mode })
+    })
+    if (!policies.some((p) => p.mode === 'enforce')) problems.push('policy.yaml: policies: at least one policy must be in enforce mode')
+  }
+  if (typeof m.model !== 'string') return null
+  return { model: m.model, policies, ...(typeof m.rewrites === 'string' ? { rewrites: m.rewrites } : {}) }
+}
+
+/** Check one `p` line; conditions are compiled and run once against an empty input to catch unknown names. */
+function checkRule (where: string, rule: string[], seen: Set<string>, problems: string[]): void {
+  if (rule.length !== 7) { problems.push(`${where}: expected 7 fields (sub, tenant, operation, kind, effect, rule id, condition), got ${rule.length}`); return }
+  const opPattern = rule[P.op]
+  if (![...OPERATION_IDS].some((id) => Util.keyMatchFunc(id, opPattern))) problems.push(`${where}: operation ${JSON.stringify(opPattern)} matches no Engine API operation`)
+  if (rule[P.kind] !== '*' && !KINDS.has(rule[P.kind] as never)) problems.push(`${where}: unknown resource kind ${JSON.stringify(rule[P.kind])}`)
+  if (!EFFECTS.has(rule[P.eft])) problems.push(`${where}: effect must be allow or deny, got ${JSON.stringify(rule[P.eft])}`)
+  if (!/^[a-z0-9][a-z0-9-]*$/.test(rule[P.rule])) problems.push(`${where}: rule id must be lower-case letters, digits and dashes, got ${JSON.stringify(rule[P.rule])}`)
+  else if (seen.has(rule[P.rule])) problems.push(`${where}: duplicate rule id ${rule[P.rule]}`)
+  seen.add(rule[P.rule])
+  try {
+    const fn = compileExpression(Util.escapeAssertion(rule[P.cond]))
+    const probe = buildInput('ContainerCreate', 'container', '', new URLSearchParams(), {})
+    fn({ r_obj: probe, r_dom: '', r_op: 'ContainerCreate', r_kind: 'container', r_sub: [], ...conditionFunctions })
+  } catch (err) {
+    problems.push(`${where}: condition ${JSON.stringify(rule[P.cond])} does not evaluate: ${(err as Error).message}`)
+  }
+}
+
+async function compileSet (dir: string, model: string, file: string, mode: Mode, problems: string[]): Promise<PolicySet | null> {
+  let text: string
+  try {
+    text = fs.readFileSync(path.join(dir, file), 'utf8')
+  } catch (err) {
+    problems.push(`${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+    return null
+  }
+  let enforcer: Enforcer
+  try {
+    enforcer = await newEnforcer(newModel(model), new StringAdapter(text))
+  } catch (err) {
+    problems.push(`${file}: ${(err as Error).message}`)
+    return null
+  }
+  // `g, ci, tenant, *`: a role granted in every tenant.
+  await enforcer.addNamedDomainMatchingFunc('g', Util.keyMatchFunc)
+  for (const [name, fn] of Object.entries(conditionFunctions)) await enforcer.addFunction(name, fn)
+  const seen = new Set<string>()
+  const rules = await enforcer.getPolicy()
+  rules.forEach((rule, i) => checkRule(`${file}: p line ${i + 1}`, rule, seen, problems))
+  return { file, mode, enforcer }
+}
+
+function digest (dir: string, files: string[]): string {
+  const h = createHash('sha256')
+  for (const f of [...files].sort()) {
+    h.update(f).update('\0')
+    try { h.update(fs.readFileSync(path.join(dir, f))) } catch { /* reported elsewhere */ }
+    h.update('\0')
+  }
+  return h.digest('hex').slice(0, 12)
+}
+
+/** Every principal the request acts as: the user, its roles, and the roles those inherit in this tenant. */
+async function principals (set: PolicySet, who: Principal, dom: string): Promise<string[]> {
+  const out = new Set<string>([`user:${who.subject}`, ...who.roles])
+  for (const start of [`user:${who.subject}`, ...who.roles]) {
+    for (const r of await set.enforcer.getImplicitRolesForUser(start, dom)) out.add(r)
+  }
+  return [...out]
+}
+
+function ref (file: string, rule: string[]): RuleRef | null {
+  return rule.length ? { policy: file, rule: rule[P.rule] } : null
+}
+
+export async function loadPolicy (dir: string): Promise<Policy> {
+  const problems: string[] = []
+  const manifest = readManifest(dir, problems)
+  if (!manifest) throw new PolicyError(dir, problems)
+  let model = ''
+  try {
+    model = fs.readFileSync(path.join(dir, manifest.model), 'utf8')
+  } catch (err) {
+    problems.push(`${manifest.model}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+  }
+  const sets: PolicySet[] = []
+  if (model) {
+    for (const p of manifest.policies) {
+      const set = await compileSet(dir, model, p.file, p.mode, problems)
+      if (set) sets.push(set)
+    }
+  }
+  let rewrites: RewriteRule[] = []
+  if (manifest.rewrites) rewrites = compileRewrites(path.join(dir, manifest.rewrites), manifest.rewrites, problems)
+  if (problems.length) throw new PolicyError(dir, problems)
+
+  const version = digest(dir, ['policy.yaml', manifest.model, ...manifest.policies.map((p) => p.file), ...(manifest.rewrites ? [manifest.rewrites] : [])])
+  const enforcing = sets.filter((s) => s.mode === 'enforce')
+  const auditing = sets.filter((s) => s.mode === 'audit')
+
+  return Object.freeze({
+    dir,
+    version,
+    async evaluate (who: Principal, req: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation> {
+      const dom = who.tenant ?? ''
+      const roles = await principals(enforcing[0], who, dom)
+      const { body, applied } = applyRewrites(rewrites, req.op, roles, who, req.body)
+      const input = buildInput(req.op, req.kind, req.resource, req.query, body)
+      let allowedBy: RuleRef | null = null
+      for (const set of enforcing) {
+        const subs = set === enforcing[0] ? roles : await principals(set, who, dom)
+        const [ok, rule] = await set.enforcer.enforceEx(subs, dom, req.op, req.kind, input)
+        if (!ok) {
+          return { decision: { decision: 'deny', rule: ref(set.file, rule), wouldDeny: [], policyVersion: version }, input, body, rewrites: applied }
+        }
+        allowedBy ??= ref(set.file, rule)
+      }
+      const wouldDeny: RuleRef[] = []
+      for (const set of auditing) {
+        const [ok, rule] = await set.enforcer.enforceEx(await principals(set, who, dom), dom, req.op, req.kind, input)
+        if (!ok) wouldDeny.push(ref(set.file, rule) ?? { policy: set.file, rule: 'default-deny' })
+      }
+      const decision = wouldDeny.length ? 'would_deny' : 'allow'
+      return { decision: { decision, rule: allowedBy, wouldDeny, policyVersion: version }, input, body, rewrites: applied }
+    },
+  })
+}

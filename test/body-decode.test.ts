@@ -1,0 +1,465 @@
+// JSON request bodies decoded as the engine's Go decoder reads them (src/policy/body):
+// case-variant and duplicate keys refused, struct fields renamed to their canonical
+// spelling, map keys exact, numbers exact; and the committed engine-schema.json is what
+// scripts/gen-body-schema.ts produces from the spec files now. Needs no engine:
+//   npx tap dist/test/body-decode.test.js --before= --after=
+import fs from 'node:fs'
+import path from 'node:path'
+import t from 'tap'
+import { generateBodySchema, SCHEMA_PATH, union } from '../scripts/gen-body-schema'
+import { operations } from '../src/gateway/catalog/operations'
+import { isGatewayError } from '../src/gateway/errors'
+import {
+  JsonNumber, decodeBody, encodeBody, fieldAt, formatFieldPath, hasBodySchema, isJsonNumber, MAX_DEPTH,
+} from '../src/policy/body/decode'
+import { bodySchemas } from '../src/policy/body/schema'
+
+const fixtures = path.resolve(__dirname, '../../test/fixtures/bodies')
+
+/** Decode a UTF-8 string body. */
+function decode (op: string, body: string | Buffer): { value: unknown, text: string } {
+  const d = decodeBody(op, typeof body === 'string' ? Buffer.from(body, 'utf8') : body)
+  return { value: d.value, text: d.bytes.toString('utf8') }
+}
+
+/** The BODY_INVALID message decoding throws (fails the test if it does not throw one). */
+function refusal (op: string, body: string | Buffer): string {
+  try {
+    decode(op, body)
+  } catch (err) {
+    if (isGatewayError(err) && err.code === 'BODY_INVALID' && err.status === 400) return err.message
+    throw err
+  }
+  return '(accepted)'
+}
+
+interface Accept { name: string, op: string, body: string, out: string }
+interface Refuse { name: string, op: string, body: string | Buffer, error: RegExp }
+
+const accepted: Accept[] = [
+  {
+    name: 'lower-case privileged alone is canonicalized to Privileged',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","HostConfig":{"privileged":true}}',
+    out: '{"Image":"busybox","HostConfig":{"Privileged":true}}',
+  },
+  {
+    name: 'any case of a field is canonicalized, at every level',
+    op: 'ContainerCreate',
+    body: '{"IMAGE":"busybox","hostconfig":{"PRIVILEGED":false,"capAdd":["NET_ADMIN"],"restartpolicy":{"name":"always"}}}',
+    out: '{"Image":"busybox","HostConfig":{"Privileged":false,"CapAdd":["NET_ADMIN"],"RestartPolicy":{"Name":"always"}}}',
+  },
+  {
+    name: 'escaped key names are unescaped before matching',
+    op: 'ContainerCreate',
+    body: '{"Host\\u0043onfig":{"\\u0070rivileged":true}}',
+    out: '{"HostConfig":{"Privileged":true}}',
+  },
+  {
+    name: 'Labels keys are exact: a and A are two labels',
+    op: 'ContainerCreate',
+    body: '{"Labels":{"a":"1","A":"2","com.example.Team":"x"}}',
+    out: '{"Labels":{"a":"1","A":"2","com.example.Team":"x"}}',
+  },
+  {
+    name: 'Sysctls, ExposedPorts and DriverOpts keys are exact',
+    op: 'ContainerCreate',
+    body: '{"exposedports":{"80/tcp":{},"80/TCP":{}},"hostconfig":{"sysctls":{"net.ipv4.ip_forward":"1","NET.IPV4.IP_FORWARD":"0"}}}',
+    out: '{"ExposedPorts":{"80/tcp":{},"80/TCP":{}},"HostConfig":{"Sysctls":{"net.ipv4.ip_forward":"1","NET.IPV4.IP_FORWARD":"0"}}}',
+  },
+  {
+    name: 'map values that are structs: NetworkingConfig.EndpointsConfig',
+    op: 'ContainerCreate',
+    body: '{"networkingconfig":{"endpointsconfig":{"MyNet":{"aliases":["web"],"ipamconfig":{"ipv4address":"10.0.0.2"},"driveropts":{"k":"v","K":"w"}},"mynet":{"Links":null}}}}',
+    out: '{"NetworkingConfig":{"EndpointsConfig":{"MyNet":{"Aliases":["web"],"IPAMConfig":{"IPv4Address":"10.0.0.2"},"DriverOpts":{"k":"v","K":"w"}},"mynet":{"Links":null}}}}',
+  },
+  {
+    name: 'arrays of structs: HostConfig.Mounts, type -> Type',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Mounts":[{"type":"bind","source":"/","target":"/host","bindoptions":{"propagation":"rshared"}},{"TYPE":"volume","Source":"v","Target":"/v","volumeoptions":{"labels":{"x":"1","X":"2"}}}]}}',
+    out: '{"HostConfig":{"Mounts":[{"Type":"bind","Source":"/","Target":"/host","BindOptions":{"Propagation":"rshared"}},{"Type":"volume","Source":"v","Target":"/v","VolumeOptions":{"Labels":{"x":"1","X":"2"}}}]}}',
+  },
+  {
+    name: 'ServiceCreate: TaskTemplate.ContainerSpec.Privileges, deep',
+    op: 'ServiceCreate',
+    body: '{"name":"web","tasktemplate":{"containerspec":{"image":"nginx","privileges":{"nonewprivileges":false,"seccomp":{"mode":"unconfined"},"selinuxcontext":{"disable":true}},"capabilityadd":["CAP_SYS_ADMIN"]}}}',
+    out: '{"Name":"web","TaskTemplate":{"ContainerSpec":{"Image":"nginx","Privileges":{"NoNewPrivileges":false,"Seccomp":{"Mode":"unconfined"},"SELinuxContext":{"Disable":true}},"CapabilityAdd":["CAP_SYS_ADMIN"]}}}',
+  },
+  {
+    name: 'TaskTemplate.PluginSpec: the engine\'s lower-case fields, which the spec misnames (a generator correction)',
+    op: 'ServiceUpdate',
+    body: '{"TaskTemplate":{"PluginSpec":{"Name":"p","Privileges":[{"Name":"network","Value":["host"]}],"ENV":["A=1"]}}}',
+    out: '{"TaskTemplate":{"PluginSpec":{"Name":"p","privileges":[{"name":"network","value":["host"]}],"env":["A=1"]}}}',
+  },
+  {
+    name: 'fields of v1.41 only and of v1.56 only are both known (union)',
+    op: 'NetworkCreate',
+    body: '{"name":"n","checkduplicate":true,"enableipv4":true}',
+    out: '{"Name":"n","CheckDuplicate":true,"EnableIPv4":true}',
+  },
+  {
+    name: 'unknown fields are kept verbatim, with what is under them',
+    op: 'ContainerCreate',
+    body: '{"image":"x","FooBar":1,"HostConfig":{"notAField":{"a":1,"A":2,"privileged":true}}}',
+    out: '{"Image":"x","FooBar":1,"HostConfig":{"notAField":{"a":1,"A":2,"privileged":true}}}',
+  },
+  {
+    name: 'PluginSet: an array of strings',
+    op: 'PluginSet',
+    body: '["DEBUG=1", "A=2"]\n',
+    out: '["DEBUG=1","A=2"]',
+  },
+  {
+    name: 'PluginSet: null (a Go client\'s nil slice)',
+    op: 'PluginSet',
+    body: 'null',
+    out: 'null',
+  },
+  {
+    name: 'PluginPull: an array of privilege structs',
+    op: 'PluginPull',
+    body: '[{"name":"network","description":"","value":["host"]}]',
+    out: '[{"Name":"network","Description":"","Value":["host"]}]',
+  },
+  {
+    name: 'ExecStart',
+    op: 'ExecStart',
+    body: '{"detach":true,"tty":false}',
+    out: '{"Detach":true,"Tty":false}',
+  },
+  {
+    name: 'int64 max and min, and other number spellings, survive byte-exact',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Memory":9223372036854775807,"MemorySwap":-9223372036854775808,"CpuShares":1.0,"NanoCpus":-0,"ShmSize":1e3,"PidsLimit":1E+2,"CpuPercent":0.1000000000000000055511151231257827}}',
+    out: '{"HostConfig":{"Memory":9223372036854775807,"MemorySwap":-9223372036854775808,"CpuShares":1.0,"NanoCpus":-0,"ShmSize":1e3,"PidsLimit":1E+2,"CpuPercent":0.1000000000000000055511151231257827}}',
+  },
+  {
+    name: 'whitespace anywhere and a trailing newline (Go\'s json.Encoder) are fine',
+    op: 'ContainerCreate',
+    body: ' \t{ "Image" : "x" ,\r\n "Cmd" : [ "a" , "b" ] }\n',
+    out: '{"Image":"x","Cmd":["a","b"]}',
+  },
+  {
+    name: 'non-ASCII map keys and values are fine; string escapes are re-encoded canonically',
+    op: 'ContainerCreate',
+    body: '{"Labels":{"ſ":"K","emoji":"\\ud83d\\ude00","esc":"\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9"}}',
+    out: '{"Labels":{"ſ":"K","emoji":"😀","esc":"\\"\\\\/\\b\\f\\n\\r\\té"}}',
+  },
+  {
+    name: '__proto__ is an ordinary key',
+    op: 'ContainerCreate',
+    body: '{"Labels":{"__proto__":"x","constructor":"y"},"__proto__":{"a":1}}',
+    out: '{"Labels":{"__proto__":"x","constructor":"y"},"__proto__":{"a":1}}',
+  },
+  {
+    name: 'operations without a schema: generic, nothing renamed, case variants allowed',
+    op: 'NoSuchOperation',
+    body: '{"privileged":true,"Privileged":false,"x":[1,{"a":null}]}',
+    out: '{"privileged":true,"Privileged":false,"x":[1,{"a":null}]}',
+  },
+  {
+    name: 'operations without a schema: any top-level value',
+    op: 'NoSuchOperation',
+    body: '"just a string"',
+    out: '"just a string"',
+  },
+]
+
+const refused: Refuse[] = [
+  {
+    name: 'the Privileged smuggle: two spellings of one field',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","HostConfig":{"Privileged":false,"privileged":true}}',
+    error: /^invalid request body: duplicate field HostConfig\.Privileged \("Privileged" and "privileged"\)$/,
+  },
+  {
+    name: 'two spellings, neither canonical',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"PRIVILEGED":false,"privileged":true}}',
+    error: /duplicate field HostConfig\.Privileged \("PRIVILEGED" and "privileged"\)/,
+  },
+  {
+    name: 'two spellings, canonical second',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"privileged":true,"Privileged":false}}',
+    error: /duplicate field HostConfig\.Privileged \("privileged" and "Privileged"\)$/,
+  },
+  {
+    name: 'the same non-canonical spelling twice',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"privileged":false,"privileged":true}}',
+    error: /duplicate field HostConfig\.Privileged$/,
+  },
+  {
+    name: 'two spellings of a nested struct (Go would merge the two objects)',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Privileged":true},"hostConfig":{"Memory":1}}',
+    error: /duplicate field HostConfig \("HostConfig" and "hostConfig"\)/,
+  },
+  {
+    name: 'an escaped spelling of the same field',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Privileged":false,"\\u0050rivileged":true}}',
+    error: /duplicate field HostConfig\.Privileged$/,
+  },
+  {
+    name: 'exact duplicate field',
+    op: 'ContainerCreate',
+    body: '{"Image":"a","Image":"b"}',
+    error: /^invalid request body: duplicate field Image$/,
+  },
+  {
+    name: 'exact duplicate map key',
+    op: 'ContainerCreate',
+    body: '{"Labels":{"com.example.a":"1","com.example.a":"2"}}',
+    error: /^invalid request body: duplicate key Labels\["com\.example\.a"\]$/,
+  },
+  {
+    name: 'exact duplicate key in an unknown field',
+    op: 'ContainerCreate',
+    body: '{"Unknown":{"a":1,"a":1}}',
+    error: /duplicate key Unknown\.a$/,
+  },
+  {
+    name: 'exact duplicate key for an operation without a schema',
+    op: 'NoSuchOperation',
+    body: '[{"a":1,"a":2}]',
+    error: /duplicate key \[0\]\.a$/,
+  },
+  {
+    name: 'case variants of a field the schema does not know',
+    op: 'ContainerCreate',
+    body: '{"Image":"x","fooBar":1,"FOOBAR":2}',
+    error: /duplicate field fooBar \("fooBar" and "FOOBAR"\)/,
+  },
+  {
+    name: 'case variants inside a map value struct',
+    op: 'ContainerCreate',
+    body: '{"NetworkingConfig":{"EndpointsConfig":{"n":{"Aliases":["a"],"aliases":["b"]}}}}',
+    error: /duplicate field NetworkingConfig\.EndpointsConfig\.n\.Aliases \("Aliases" and "aliases"\)/,
+  },
+  {
+    name: 'case variants inside an array of structs',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Mounts":[{"Type":"bind"},{"Type":"volume","TYPE":"bind"}]}}',
+    error: /duplicate field HostConfig\.Mounts\[1\]\.Type \("Type" and "TYPE"\)/,
+  },
+  {
+    name: 'case variants deep in ServiceCreate',
+    op: 'ServiceCreate',
+    body: '{"TaskTemplate":{"ContainerSpec":{"Privileges":{"NoNewPrivileges":true,"noNewPrivileges":false}}}}',
+    error: /duplicate field TaskTemplate\.ContainerSpec\.Privileges\.NoNewPrivileges/,
+  },
+  {
+    name: 'long s (U+017F) folds to s in Go: refused',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"ſecurityOpt":["seccomp=unconfined"]}}',
+    error: /^invalid request body: non-ASCII field name HostConfig\["ſecurityOpt"\]$/,
+  },
+  {
+    name: 'Kelvin sign (U+212A) folds to k in Go: refused, also when escaped',
+    op: 'ServiceCreate',
+    body: '{"TaskTemplate":{"ContainerSpec":{"\\u212aeep":1}}}',
+    error: /non-ASCII field name TaskTemplate\.ContainerSpec\["\u212aeep"\]/,
+  },
+  {
+    name: 'any non-ASCII struct key',
+    op: 'ContainerCreate',
+    body: '{"Imagé":"x"}',
+    error: /non-ASCII field name \["Imagé"\]/,
+  },
+  { name: 'trailing garbage', op: 'ContainerCreate', body: '{"Image":"x"} x', error: /not valid JSON: unexpected data after the JSON value \("x"\) at byte 14$/ },
+  { name: 'a second JSON value', op: 'ContainerCreate', body: '{"Image":"x"}{"Image":"y"}', error: /unexpected data after the JSON value/ },
+  { name: 'a NUL after the value', op: 'ContainerCreate', body: '{"Image":"x"}\u0000', error: /unexpected data after the JSON value \(U\+0000\)/ },
+  { name: 'whitespace only', op: 'ContainerCreate', body: ' \n', error: /empty \(only whitespace\)/ },
+  { name: 'a byte order mark', op: 'ContainerCreate', body: '\ufeff{"Image":"x"}', error: /byte order mark/ },
+  { name: 'invalid UTF-8', op: 'ContainerCreate', body: Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d]), error: /not valid UTF-8/ },
+  { name: 'a lone surrogate escape', op: 'ContainerCreate', body: '{"Image":"\\ud800x"}', error: /lone UTF-16 surrogate/ },
+  { name: 'a lone low surrogate escape', op: 'ContainerCreate', body: '{"Image":"\\udc00"}', error: /lone UTF-16 surrogate/ },
+  { name: 'a raw control character in a string', op: 'ContainerCreate', body: '{"Image":"a\nb"}', error: /control character in a string/ },
+  { name: 'an invalid escape', op: 'ContainerCreate', body: '{"Image":"\\x41"}', error: /invalid escape/ },
+  { name: 'an unterminated string', op: 'ContainerCreate', body: '{"Image":"abc', error: /unexpected end of input/ },
+  { name: 'truncated object', op: 'ContainerCreate', body: '{"Image":"x",', error: /unexpected end of input/ },
+  { name: 'trailing comma', op: 'ContainerCreate', body: '{"Cmd":["a",]}', error: /expected a JSON value \("\]"\)/ },
+  { name: 'single quotes', op: 'ContainerCreate', body: "{'Image':'x'}", error: /expected a string key/ },
+  { name: 'leading zero', op: 'ContainerCreate', body: '{"HostConfig":{"Memory":01}}', error: /expected ',' or '}'/ },
+  { name: 'a bare fraction', op: 'ContainerCreate', body: '{"HostConfig":{"Memory":.5}}', error: /expected a JSON value/ },
+  { name: 'a dangling decimal point', op: 'ContainerCreate', body: '{"HostConfig":{"Memory":1.}}', error: /expected ',' or '}'/ },
+  { name: 'a plus sign', op: 'ContainerCreate', body: '{"HostConfig":{"Memory":+1}}', error: /expected a JSON value/ },
+  { name: 'NaN', op: 'ContainerCreate', body: '{"HostConfig":{"Memory":NaN}}', error: /expected a JSON value/ },
+  { name: 'a lone minus', op: 'ContainerCreate', body: '{"HostConfig":{"Memory":-}}', error: /invalid number/ },
+  { name: 'a misspelled literal', op: 'ContainerCreate', body: '{"Tty":tru}', error: /invalid literal/ },
+  { name: 'ContainerCreate body that is an array', op: 'ContainerCreate', body: '[{"Image":"x"}]', error: /^ContainerCreate request body must be a JSON object, not an array$/ },
+  { name: 'ContainerCreate body that is null', op: 'ContainerCreate', body: 'null', error: /must be a JSON object, not null/ },
+  { name: 'ContainerUpdate body that is a string', op: 'ContainerUpdate', body: '"x"', error: /must be a JSON object, not a string/ },
+  { name: 'PluginSet body that is an object', op: 'PluginSet', body: '{"DEBUG":"1"}', error: /^PluginSet request body must be a JSON array, not an object$/ },
+  { name: 'PluginPull body that is a number', op: 'PluginPull', body: '1', error: /must be a JSON array, not a number/ },
+  {
+    name: 'nesting deeper than MAX_DEPTH',
+    op: 'ContainerCreate',
+    body: `{"Deep":${'['.repeat(MAX_DEPTH)}${']'.repeat(MAX_DEPTH)}}`,
+    error: new RegExp(`nested deeper than ${MAX_DEPTH} levels at \\.\\.\\.(\\[0\\])+$`),
+  },
+]
+
+t.test('accepted bodies decode to their canonical form', async (t) => {
+  for (const c of accepted) {
+    const { text } = decode(c.op, c.body)
+    t.equal(text, c.out, c.name)
+    // The canonical form is a fixed point.
+    t.equal(decode(c.op, c.out).text, c.out, `${c.name} (canonical form decodes to itself)`)
+  }
+})
+
+t.test('refused bodies are BODY_INVALID with a message naming the place', async (t) => {
+  for (const c of refused) t.match(refusal(c.op, c.body), c.error, c.name)
+})
+
+t.test('nesting up to MAX_DEPTH is fine', async (t) => {
+  const body = `${'['.repeat(MAX_DEPTH - 1)}${']'.repeat(MAX_DEPTH - 1)}`
+  t.equal(decode('ContainerCreate', `{"Deep":${body}}`).text, `{"Deep":${body}}`)
+})
+
+t.test('an empty body is no body', async (t) => {
+  const d = decodeBody('ContainerCreate', Buffer.alloc(0))
+  t.equal(d.value, undefined)
+  t.equal(d.bytes.length, 0)
+  t.equal(encodeBody(undefined).length, 0)
+})
+
+t.test('the decoded value: null-prototype objects, JsonNumbers, plain strings and arrays', async (t) => {
+  const { value } = decode('ContainerCreate', '{"Image":"x","Cmd":["a"],"Tty":true,"Entrypoint":null,"Labels":{"__proto__":"p"},"HostConfig":{"privileged":true,"Memory":9223372036854775807,"CpuShares":512,"NanoCpus":1.5}}')
+  t.equal(fieldAt(value, ['HostConfig', 'Privileged']), true)
+  t.equal(fieldAt(value, ['HostConfig', 'privileged']), undefined, 'only the canonical spelling is present')
+  t.equal(fieldAt(value, ['Cmd', 0]), 'a')
+  t.equal(fieldAt(value, ['Entrypoint']), null)
+  t.equal(fieldAt(value, ['Labels', '__proto__']), 'p')
+  t.equal(fieldAt(value, ['Labels', 'toString']), undefined, 'nothing inherited')
+  t.equal(fieldAt(value, ['Nope', 'x']), undefined)
+  t.equal(Object.getPrototypeOf(value), null)
+  t.equal(Object.getPrototypeOf(fieldAt(value, ['HostConfig'])), null)
+
+  const mem = fieldAt(value, ['HostConfig', 'Memory'])
+  t.ok(isJsonNumber(mem), 'numbers are JsonNumbers')
+  if (!(mem instanceof JsonNumber)) throw new Error('unreachable')
+  t.equal(mem.text, '9223372036854775807', 'exact text')
+  t.equal(String(mem), '9223372036854775807')
+  t.equal(`${mem}`, '9223372036854775807')
+  t.equal(mem.toBigInt(), 2n ** 63n - 1n, 'exact integer')
+  t.ok(mem.isInteger)
+  t.equal(Number(mem), 9223372036854775807, 'Number(): the nearest double')
+  t.ok((mem as unknown as number) > 8 * 1024 ** 3, 'relational operators compare numerically')
+
+  const shares = fieldAt(value, ['HostConfig', 'CpuShares']) as JsonNumber
+  t.ok((shares as unknown as number) > 5 && (shares as unknown as number) <= 512)
+  t.ok((shares as unknown as number) == 512, '== compares numerically')
+  t.not(shares as unknown, 512, '=== does not: compare Number(x)')
+  t.equal(Number(shares), 512)
+  const cpus = fieldAt(value, ['HostConfig', 'NanoCpus']) as JsonNumber
+  t.equal(Number(cpus), 1.5)
+  t.notOk(cpus.isInteger)
+  t.throws(() => cpus.toBigInt(), RangeError)
+  t.equal(JSON.stringify({ n: shares }), '{"n":512}', 'JSON.stringify writes the double (logs); encodeBody is exact')
+})
+
+t.test('encodeBody: rewritten values, exactly', async (t) => {
+  const { value } = decode('ContainerCreate', '{"Image":"x","Labels":{"a":"1"},"HostConfig":{"Memory":9223372036854775807}}')
+  const v = value as { Labels: Record<string, unknown>, HostConfig: Record<string, unknown>, Image?: unknown }
+  v.Labels['owner'] = 'alice'
+  v.HostConfig['MemorySwap'] = JsonNumber.from(2n ** 63n - 1n)
+  v.HostConfig['CpuShares'] = 512
+  v.HostConfig['PidsLimit'] = 100n
+  v.HostConfig['CpuPercent'] = JsonNumber.from(0.5)
+  v.Image = undefined
+  t.equal(encodeBody(v).toString(), '{"Labels":{"a":"1","owner":"alice"},"HostConfig":{"Memory":9223372036854775807,"MemorySwap":9223372036854775807,"CpuShares":512,"PidsLimit":100,"CpuPercent":0.5}}')
+  t.equal(encodeBody({ a: [1, 'x', null, false, { b: new JsonNumber('1e400') }] }).toString(), '{"a":[1,"x",null,false,{"b":1e400}]}')
+  t.equal(encodeBody('s').toString(), '"s"', 'no trailing newline')
+  t.equal(encodeBody(JsonNumber.from(-0)).toString(), '0')
+
+  t.throws(() => encodeBody({ a: NaN }), TypeError)
+  t.throws(() => encodeBody({ a: Infinity }), TypeError)
+  t.throws(() => encodeBody({ a: new Date() }), TypeError)
+  t.throws(() => encodeBody({ a: () => 1 }), TypeError)
+  t.throws(() => encodeBody([undefined]), TypeError)
+  t.throws(() => encodeBody({ s: 'a\ud800' }), TypeError)
+  t.throws(() => encodeBody({ ['\udc00']: 1 }), TypeError)
+  const cyclic: Record<string, unknown> = {}
+  cyclic.self = cyclic
+  t.throws(() => encodeBody(cyclic), TypeError)
+  t.throws(() => new JsonNumber('01'), TypeError)
+  t.throws(() => new JsonNumber('NaN'), TypeError)
+  t.throws(() => JsonNumber.from(NaN), TypeError)
+})
+
+t.test('formatFieldPath', async (t) => {
+  t.equal(formatFieldPath([]), '')
+  t.equal(formatFieldPath(['HostConfig', 'Mounts', 0, 'Type']), 'HostConfig.Mounts[0].Type')
+  t.equal(formatFieldPath(['Labels', 'com.example.x']), 'Labels["com.example.x"]')
+  t.equal(formatFieldPath([0, 'Name']), '[0].Name')
+  t.equal(formatFieldPath(['a"b']), '["a\\"b"]')
+})
+
+t.test('a docker CLI ContainerCreate body', async (t) => {
+  const raw = fs.readFileSync(path.join(fixtures, 'container-create-cli.json'))
+  const d = decodeBody('ContainerCreate', raw)
+  t.equal(d.bytes.toString(), raw.toString().trim(), 'already canonical: forwarded unchanged')
+  t.equal(fieldAt(d.value, ['HostConfig', 'Privileged']), false)
+  t.equal(fieldAt(d.value, ['HostConfig', 'PortBindings', '80/tcp', 0, 'HostPort']), '8080')
+  t.equal(Number(fieldAt(d.value, ['HostConfig', 'MemorySwappiness'])), -1)
+
+  // Hot path: a typical ContainerCreate decodes (and re-encodes) well under a millisecond.
+  for (let i = 0; i < 500; i++) decodeBody('ContainerCreate', raw)
+  const n = 5000
+  const start = process.hrtime.bigint()
+  for (let i = 0; i < n; i++) decodeBody('ContainerCreate', raw)
+  const perOp = Number(process.hrtime.bigint() - start) / n / 1e6
+  t.comment(`decodeBody(ContainerCreate, ${raw.length} bytes): ${(perOp * 1000).toFixed(1)} µs per body`)
+  t.ok(perOp < 1, `under 1 ms per body (${perOp.toFixed(4)} ms)`)
+})
+
+t.test('generic decoding matches JSON.parse on duplicate-free random JSON', async (t) => {
+  let seed = 42
+  const rnd = (n: number): number => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n }
+  const strings = ['', 'a', 'A', 'é', '😀', '"q"', 'back\\slash', 'line\nbreak', '\u0001', '__proto__', '10', '2', 'x y']
+  const gen = (depth: number): unknown => {
+    switch (depth > 4 ? rnd(4) : rnd(7)) {
+      case 0: return null
+      case 1: return rnd(2) === 0
+      case 2: return strings[rnd(strings.length)]
+      case 3: return [0, 1, -1, 0.5, 123456789, -2.5e-7, 1e21][rnd(7)]
+      case 4: case 5: return Array.from({ length: rnd(4) }, () => gen(depth + 1))
+      default: {
+        const o: Record<string, unknown> = {}
+        for (let i = rnd(5); i > 0; i--) Object.defineProperty(o, strings[rnd(strings.length)], { value: gen(depth + 1), enumerable: true, configurable: true, writable: true })
+        return o
+      }
+    }
+  }
+  for (let i = 0; i < 300; i++) {
+    const text = JSON.stringify(gen(0), null, rnd(2) === 0 ? 0 : 1)
+    t.equal(decode('NoSuchOperation', text).text, JSON.stringify(JSON.parse(text)), `random value ${i}`, { diagnostic: false })
+  }
+})
+
+t.test('every JSON-body operation of the catalog has a schema, and only those', async (t) => {
+  const json = operations.filter((op) => op.body === 'json').map((op) => op.id).sort()
+  t.same([...bodySchemas.keys()].sort(), json)
+  for (const id of json) t.ok(hasBodySchema(id), id)
+  t.notOk(hasBodySchema('ContainerList'))
+})
+
+t.test('generator: union of trees', async (t) => {
+  const any = { t: 'any' } as const
+  t.same(union({ t: 'struct', f: { A: any } }, { t: 'struct', f: { B: any } }, 'X'), { t: 'struct', f: { A: any, B: any } })
+  t.same(union(any, { t: 'map', v: any }, 'X'), { t: 'map', v: any }, 'any yields')
+  t.same(union({ t: 'array', i: any }, { t: 'array', i: { t: 'struct', f: {} } }, 'X'), { t: 'array', i: { t: 'struct', f: {} } })
+  const notes: string[] = []
+  t.same(union({ t: 'struct', f: { IPv4: any } }, { t: 'struct', f: { Ipv4: { t: 'map', v: any } } }, 'X', notes), { t: 'struct', f: { Ipv4: { t: 'map', v: any } } }, 'one Go field, the later spelling')
+  t.equal(notes.length, 1)
+  t.throws(() => union({ t: 'struct', f: {} }, { t: 'map', v: any }, 'X.Y'), /X\.Y: cannot unite a struct with a map/)
+})
+
+t.test('the committed engine-schema.json is what the generator produces now', async (t) => {
+  const committed = fs.readFileSync(SCHEMA_PATH, 'utf8')
+  t.equal(committed, generateBodySchema(), 'run `node dist/scripts/gen-body-schema.js` and commit the result')
+})
