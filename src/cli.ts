@@ -2,10 +2,13 @@
 /**
  * The `portcullis` command.
  */
+import fs from 'node:fs'
 import { parseArgs } from 'node:util'
 import pino from 'pino'
 import { ConfigError, defaultConfig, loadConfig, type Config } from './config'
 import { startGateway } from './gateway'
+import { loadPolicy, PolicyError } from './policy/engine'
+import { check, runFixtures } from './policy/tool'
 
 const HELP = `Usage: portcullis <command> [options]
 
@@ -14,14 +17,20 @@ A policy gateway for the Docker Engine API.
 Commands:
   serve [--config FILE]     Run the gateway. Without a config file (or PORTCULLIS_CONFIG)
                             it serves on built-in defaults: unix socket ./portcullis.sock
-                            and 127.0.0.1:2375, upstream unix:///var/run/docker.sock,
+                            (mode 0600; you, role admin) and 127.0.0.1:2375 (bearer
+                            tokens only), upstream unix:///var/run/docker.sock,
                             policies from ./policies.
   config check FILE         Validate a config file; lists every problem, exits 1 if any.
+  policy check [--dir DIR] --subject S [--tenant T] [--roles R1,R2] METHOD PATH [--body FILE]
+                            Decide one request with the policy in DIR (default ./policies):
+                            prints the decision, the rule that decided and any rewrite.
+  policy test [DIR]         Run the fixtures in DIR/tests/*.yaml (default ./policies);
+                            exits 1 on any mismatch.
   help, --help              Show this help.
   --version                 Print the version.
 
 Signals (serve): SIGTERM/SIGINT drain in-flight requests and close long streams;
-SIGHUP reloads the config file (log level, TLS certificates).
+SIGHUP reloads the config file (log level, TLS certificates, auth).
 `
 
 function version (): string {
@@ -100,11 +109,56 @@ function configCheck (args: string[]): number {
   return 0
 }
 
+async function policyCheck (args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { dir: { type: 'string' }, subject: { type: 'string' }, tenant: { type: 'string' }, roles: { type: 'string' }, body: { type: 'string' } },
+  })
+  if (!values.subject || positionals.length !== 2) {
+    process.stderr.write('usage: portcullis policy check [--dir DIR] --subject S [--tenant T] [--roles R1,R2] METHOD PATH [--body FILE]\n')
+    return 2
+  }
+  const policy = await loadPolicy(values.dir ?? 'policies')
+  const who = { subject: values.subject, tenant: values.tenant ?? null, roles: (values.roles ?? '').split(',').filter(Boolean) }
+  const body = values.body ? fs.readFileSync(values.body) : undefined
+  const r = await check(policy, who, positionals[0], positionals[1], body)
+  process.stdout.write(`operation: ${r.operation || '(none)'}\ndecision:  ${r.decision}\nrule:      ${r.rule ?? (r.error ? '(refused before policy)' : '(no rule allows it)')}\n` +
+    (r.error ? `error:     ${r.error}\n` : '') +
+    (r.wouldDeny.length ? `would deny (audit mode): ${r.wouldDeny.join(', ')}\n` : '') +
+    `rewrites:  ${r.rewrites.length ? r.rewrites.join(', ') : '(none)'}\n` +
+    (r.body && r.rewrites.length && r.decision !== 'deny' ? `body sent: ${r.body}\n` : '') +
+    `policy:    ${policy.version}\n`)
+  return r.decision === 'deny' ? 1 : 0
+}
+
+async function policyTest (args: string[]): Promise<number> {
+  const dir = args[0] ?? 'policies'
+  const { lines, passed, failed } = await runFixtures(dir)
+  process.stdout.write(lines.join('\n') + `\n${passed} passed, ${failed} failed\n`)
+  return failed ? 1 : 0
+}
+
+async function policy (args: string[]): Promise<number> {
+  try {
+    if (args[0] === 'check') return await policyCheck(args.slice(1))
+    if (args[0] === 'test') return await policyTest(args.slice(1))
+  } catch (err) {
+    if (err instanceof PolicyError) { process.stderr.write(`portcullis: ${err.message}\n`); return 1 }
+    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) { process.stderr.write(`portcullis policy: ${err.message}\n`); return 2 }
+    throw err
+  }
+  process.stderr.write('usage: portcullis policy check|test ...\n')
+  return 2
+}
+
 export async function main (argv: string[]): Promise<number> {
   const [command, ...rest] = argv
   switch (command) {
     case 'serve':
       return await serve(rest)
+    case 'policy':
+      return await policy(rest)
     case 'config':
       if (rest[0] === 'check') return configCheck(rest.slice(1))
       process.stderr.write('usage: portcullis config check FILE\n')

@@ -17,7 +17,7 @@
 import { createHash } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { compile as compileExpression } from '@casbin/expression-eval'
+import { compile as compileExpression, parse as parseExpression } from '@casbin/expression-eval'
 import { newEnforcer, newModel, StringAdapter, Util, type Enforcer } from 'casbin'
 import { parse as parseYaml } from 'yaml'
 import { operations } from '../gateway/catalog/operations'
@@ -109,18 +109,51 @@ function readManifest (dir: string, problems: string[]): { model: string, polici
   return { model: m.model, policies, ...(typeof m.rewrites === 'string' ? { rewrites: m.rewrites } : {}) }
 }
 
+interface Node { type: string, name?: string, callee?: Node, object?: Node, computed?: boolean, property?: Node, [k: string]: unknown }
+
+const REQUEST_NAMES = new Set(['r_obj', 'r_dom', 'r_op', 'r_kind', 'r_sub'])
+
+/**
+ * Names a condition uses that do not exist. The expression evaluator quietly yields
+ * `undefined` for an unknown function or variable, which would make a misspelt deny
+ * rule never match: refuse them when the policy is compiled.
+ */
+function unknownNames (node: Node): string[] {
+  const out: string[] = []
+  const visit = (n: unknown): void => {
+    if (n === null || typeof n !== 'object') return
+    if (Array.isArray(n)) { n.forEach(visit); return }
+    const x = n as Node
+    if (x.type === 'Identifier' && x.name) {
+      if (!REQUEST_NAMES.has(x.name) && !(x.name in conditionFunctions)) out.push(x.name)
+      return
+    }
+    if (x.type === 'MemberExpression') {
+      visit(x.object)
+      if (x.computed) visit(x.property)
+      return
+    }
+    for (const [k, v] of Object.entries(x)) if (k !== 'type') visit(v)
+  }
+  visit(node)
+  return [...new Set(out)]
+}
+
 /** Check one `p` line; conditions are compiled and run once against an empty input to catch unknown names. */
 function checkRule (where: string, rule: string[], seen: Set<string>, problems: string[]): void {
   if (rule.length !== 7) { problems.push(`${where}: expected 7 fields (sub, tenant, operation, kind, effect, rule id, condition), got ${rule.length}`); return }
   const opPattern = rule[P.op]
-  if (![...OPERATION_IDS].some((id) => Util.keyMatchFunc(id, opPattern))) problems.push(`${where}: operation ${JSON.stringify(opPattern)} matches no Engine API operation`)
+  if (![...OPERATION_IDS].some((id) => Util.globMatch(id, opPattern))) problems.push(`${where}: operation ${JSON.stringify(opPattern)} matches no Engine API operation`)
   if (rule[P.kind] !== '*' && !KINDS.has(rule[P.kind] as never)) problems.push(`${where}: unknown resource kind ${JSON.stringify(rule[P.kind])}`)
   if (!EFFECTS.has(rule[P.eft])) problems.push(`${where}: effect must be allow or deny, got ${JSON.stringify(rule[P.eft])}`)
   if (!/^[a-z0-9][a-z0-9-]*$/.test(rule[P.rule])) problems.push(`${where}: rule id must be lower-case letters, digits and dashes, got ${JSON.stringify(rule[P.rule])}`)
   else if (seen.has(rule[P.rule])) problems.push(`${where}: duplicate rule id ${rule[P.rule]}`)
   seen.add(rule[P.rule])
   try {
-    const fn = compileExpression(Util.escapeAssertion(rule[P.cond]))
+    const expr = Util.escapeAssertion(rule[P.cond])
+    const unknown = unknownNames(parseExpression(expr) as unknown as Node)
+    if (unknown.length) throw new Error(`unknown name${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}`)
+    const fn = compileExpression(expr)
     const probe = buildInput('ContainerCreate', 'container', '', new URLSearchParams(), {})
     fn({ r_obj: probe, r_dom: '', r_op: 'ContainerCreate', r_kind: 'container', r_sub: [], ...conditionFunctions })
   } catch (err) {

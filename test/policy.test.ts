@@ -1,0 +1,112 @@
+// The shipped policy against its fixtures, and what happens to policies that are wrong.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import pino from 'pino'
+import t from 'tap'
+import { loadPolicy, PolicyError } from '../src/policy/engine'
+import { PolicyStore } from '../src/policy/store'
+import { runFixtures } from '../src/policy/tool'
+
+const shipped = path.resolve(__dirname, '../../policies')
+
+/** A copy of the shipped policy directory that a test may break. */
+function copyPolicy (): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcp-'))
+  fs.cpSync(shipped, dir, { recursive: true })
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+t.test('the shipped policy passes its fixtures', async (t) => {
+  const { lines, passed, failed } = await runFixtures(shipped)
+  t.equal(failed, 0, lines.filter((l) => l.startsWith('FAIL')).join('\n') || 'no failures')
+  t.ok(passed >= 50, `${passed} fixtures`)
+})
+
+t.test('a fixture that does not hold is reported', async (t) => {
+  const dir = copyPolicy()
+  fs.writeFileSync(path.join(dir, 'tests', 'wrong.yaml'), `- name: tenant may push (it may not)
+  as: { subject: bob, tenant: a, roles: [tenant] }
+  request: POST /v1.41/images/x/push
+  expect: allow
+`)
+  const { lines, failed } = await runFixtures(dir)
+  t.equal(failed, 1)
+  t.match(lines.join('\n'), /FAIL wrong\.yaml\[0\] tenant may push \(it may not\): decision deny, expected allow/)
+})
+
+t.test('an invalid policy lists every problem and is not used', async (t) => {
+  const dir = copyPolicy()
+  fs.appendFileSync(path.join(dir, 'base.csv'), [
+    'p, tenant, *, ContainerCreat, *, deny, typo-op, true',
+    'p, tenant, *, ContainerCreate, *, maybe, bad-effect, true',
+    'p, tenant, *, ContainerCreate, *, deny, no-privileged, true',
+    'p, tenant, *, ContainerCreate, *, deny, bad-cond, "r.obj.privileged &&"',
+    'p, tenant, *, ContainerCreate, *, deny, unknown-fn, "nosuchfn(r.obj.user)"',
+  ].join('\n') + '\n')
+  const err = await loadPolicy(dir).then(() => null, (e: unknown) => e)
+  t.type(err, PolicyError)
+  const problems = (err as PolicyError).problems.join('\n')
+  t.match(problems, /ContainerCreat" matches no Engine API operation/)
+  t.match(problems, /effect must be allow or deny, got "maybe"/)
+  t.match(problems, /duplicate rule id no-privileged/)
+  t.match(problems, /bad-cond|r\.obj\.privileged &&/)
+  t.match(problems, /nosuchfn/)
+})
+
+t.test('hot reload swaps a valid policy and keeps the old one when the new one is invalid', async (t) => {
+  const dir = copyPolicy()
+  const store = await PolicyStore.open(dir, pino({ level: 'silent' }))
+  t.teardown(() => store.close())
+  const first = store.current.version
+  const who = { subject: 'bob', tenant: 'a', roles: ['tenant'] }
+  const push = { op: 'ImagePush', kind: 'image', resource: 'x', query: new URLSearchParams(), body: undefined }
+  t.equal((await store.current.evaluate(who, push)).decision.decision, 'deny')
+
+  fs.appendFileSync(path.join(dir, 'base.csv'), 'p, tenant, *, ImagePush, image, allow, tenant-push, true\n')
+  const ok = await store.reload()
+  t.ok(ok.ok)
+  t.not(store.current.version, first, 'new version')
+  t.equal((await store.current.evaluate(who, push)).decision.decision, 'allow', 'new policy in force')
+
+  const good = store.current.version
+  fs.appendFileSync(path.join(dir, 'base.csv'), 'p, tenant, *, Nope, *, allow, nope, true\n')
+  const bad = await store.reload()
+  t.notOk(bad.ok)
+  t.match(bad.problems?.join('\n') ?? '', /Nope/)
+  t.equal(store.current.version, good, 'old policy kept')
+
+  // The watcher picks up edits by itself.
+  const lines = fs.readFileSync(path.join(dir, 'base.csv'), 'utf8').split('\n').filter((l) => !l.includes('Nope') && !l.includes('tenant-push'))
+  const reloaded = new Promise<void>((resolve) => { store.onReload = (r) => { if (r.ok) resolve() } })
+  store.watch(50)
+  fs.writeFileSync(path.join(dir, 'base.csv'), lines.join('\n'))
+  // The watcher does not keep the process alive; this timer does, and bounds the wait.
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([reloaded, new Promise((resolve) => { timer = setTimeout(resolve, 5000) })])
+  clearTimeout(timer)
+  t.equal(store.current.version, first, 'back to the first policy through the watcher')
+})
+
+t.test('audit mode records would_deny and allows', async (t) => {
+  const dir = copyPolicy()
+  fs.writeFileSync(path.join(dir, 'strict.csv'), [
+    'p, *, *, *, *, allow, everything, true',
+    'p, tenant, *, ContainerCreate, *, deny, strict-memory, "r.obj.memory > 268435456"',
+  ].join('\n') + '\n')
+  fs.writeFileSync(path.join(dir, 'policy.yaml'), 'model: model.conf\npolicies:\n  - { file: base.csv, mode: enforce }\n  - { file: strict.csv, mode: audit }\nrewrites: rewrites.yaml\n')
+  const policy = await loadPolicy(dir)
+  const who = { subject: 'bob', tenant: 'a', roles: ['tenant'] }
+  const create = (mem: number): Parameters<typeof policy.evaluate>[1] => ({ op: 'ContainerCreate', kind: 'container', resource: '', query: new URLSearchParams(), body: { Image: 'x', HostConfig: { Memory: mem } } })
+  const loose = await policy.evaluate(who, create(1 << 30))
+  t.equal(loose.decision.decision, 'would_deny')
+  t.same(loose.decision.wouldDeny, [{ policy: 'strict.csv', rule: 'strict-memory' }])
+  t.equal((await policy.evaluate(who, create(1 << 20))).decision.decision, 'allow')
+})
+
+t.test('a missing policy directory is an error', async (t) => {
+  const err = await loadPolicy(path.join(os.tmpdir(), 'no-such-policy-dir')).then(() => null, (e: unknown) => e)
+  t.type(err, PolicyError)
+  t.match((err as PolicyError).problems.join('\n'), /policy\.yaml: ENOENT/)
+})
