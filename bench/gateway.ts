@@ -27,7 +27,7 @@ export async function startGatewayProcess (dir: string, engineSocket: string): P
   fs.mkdirSync(path.join(dir, 'policies'), { recursive: true })
   fs.writeFileSync(configFile, [
     'listen:',
-    `  - unix: ${socket}`,
+    `  - { unix: ${socket}, anonymous: true }`,
     `upstream: unix://${engineSocket}`,
     `policy: { dir: ${path.join(dir, 'policies')} }`,
     `audit: { file: ${path.join(dir, 'audit.jsonl')} }`,

@@ -121,6 +121,8 @@ t.test('refusals', async (t) => {
     ['GET', '/debug/pprof/', 'PATH_AMBIGUOUS'],
     ['GET', '/debug/pprof', 'OPERATION_UNKNOWN'],
     ['PUT', '/v1.41/volumes/v', 'OPERATION_TOO_NEW'],
+    ['POST', '/build?networkmode=host;x=1', 'PATH_AMBIGUOUS'],
+    ['POST', '/build?networkmode=%zzhost', 'PATH_AMBIGUOUS'],
   ]
   for (const [method, url, code] of cases) {
     t.throws(() => resolveTarget(method, url, window), { code }, `${method} ${url} -> ${code}`)

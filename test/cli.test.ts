@@ -114,7 +114,7 @@ function dockerBackground (t: Teardown, host: string, args: string[]): Proc {
 
 /** A config for `serve`: a unix socket in `dir`, a TCP port, the test engine. */
 function configText (dir: string, extra = '', socketName = 'gw.sock'): string {
-  return `listen:\n  - unix: ${path.join(dir, socketName)}\n  - { name: tcp, tcp: 127.0.0.1:0 }\nupstream: unix://${engine().socket}\n` +
+  return `listen:\n  - { unix: ${path.join(dir, socketName)}, anonymous: true }\n  - { name: tcp, tcp: 127.0.0.1:0, anonymous: true }\nupstream: unix://${engine().socket}\n` +
     `policy: { dir: ${dir} }\naudit: { file: ${path.join(dir, 'audit.jsonl')} }\nshutdown: { graceSeconds: ${GRACE_SECONDS} }\n${extra}`
 }
 
@@ -408,15 +408,23 @@ t.test('serve without a config file: built-in defaults', async (t) => {
     const listening = await gw.started()
     t.same(listening, [`unix:${sock}`, '127.0.0.1:2375'], 'listens on ./portcullis.sock and 127.0.0.1:2375')
     t.ok(fs.statSync(sock).isSocket(), './portcullis.sock created in the working directory')
+    t.equal((fs.statSync(sock).mode & 0o777).toString(8), '600', './portcullis.sock is owner-only (0600)')
     t.notOk(await portFree(2375), 'port 2375 is taken by the gateway')
+    const warning = await gw.until('the no-credentials warning', () => gw.lines().find((l) => l.msg?.startsWith('this listener accepts no credentials')))
+    t.match(warning, { level: 40, listener: 'tcp:127.0.0.1:2375' }, 'a warning: the TCP listener accepts no credentials')
+
+    // No auth.jwt: the TCP port requires a token it cannot verify, and refuses before forwarding.
+    const tcp = await call('127.0.0.1:2375', '/v1.41/version')
+    t.equal(tcp.status, 401, '127.0.0.1:2375: 401 without a bearer token')
+    t.match(tcp.json(), { message: /^authentication required: / }, '127.0.0.1:2375: the message says authentication is required')
 
     const engineThere = fs.existsSync('/var/run/docker.sock') && '/var/run/docker.sock exists here; not asserting the 502 for a missing engine'
     await t.test('502 without an engine', { skip: engineThere }, async (t) => {
-      for (const to of [sock, '127.0.0.1:2375']) {
-        const r = await call(to, '/v1.41/version')
-        t.equal(r.status, 502, `${to}: 502 without an engine at /var/run/docker.sock`)
-        t.match(r.json(), { message: /unix:\/\/\/var\/run\/docker\.sock/ }, `${to}: the message names the default upstream`)
-      }
+      const r = await call(sock, '/v1.41/version')
+      t.equal(r.status, 502, `${sock}: 502 without an engine at /var/run/docker.sock`)
+      t.match(r.json(), { message: /unix:\/\/\/var\/run\/docker\.sock/ }, `${sock}: the message names the default upstream`)
+      const line = await gw.until('the request line', () => gw.requests().find((l) => l.listener === `unix:${sock}`))
+      t.match(line, { auth: 'listener', subject: os.userInfo().username, status: 502 }, 'the socket acts as the OS user running the gateway')
     })
     gw.child.kill('SIGHUP')
     await gw.logged('SIGHUP: no config file to reload')

@@ -2,7 +2,7 @@ import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import {
   ConfigError,
@@ -63,8 +63,15 @@ t.test('built-in defaults', async (t) => {
   const dir = t.testdir({});
   const c = defaultConfig(dir);
   t.equal(c.source, null);
+  // The socket is owner-only and acts as the user running the gateway; TCP needs a token.
   t.same(c.listen, [
-    { kind: 'unix', name: `unix:${join(dir, 'portcullis.sock')}`, path: join(dir, 'portcullis.sock') },
+    {
+      kind: 'unix',
+      name: `unix:${join(dir, 'portcullis.sock')}`,
+      path: join(dir, 'portcullis.sock'),
+      mode: 0o600,
+      identity: { subject: userInfo().username, roles: ['admin'] },
+    },
     { kind: 'tcp', name: 'tcp:127.0.0.1:2375', host: '127.0.0.1', port: 2375 },
   ]);
   t.same(c.upstream, { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' });
@@ -419,6 +426,91 @@ t.test('jwt key sources and algorithms', async (t) => {
     'auth.jwt.claims.group: unknown key',
     'auth.jwt.claims.subject: expected a string, got number 1',
   ]);
+});
+
+t.test('jwt keys and requireExp', async (t) => {
+  const dir = t.testdir({});
+  const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const p256 = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+  const p384 = generateKeyPairSync('ec', { namedCurve: 'secp384r1' });
+  const ed = generateKeyPairSync('ed25519');
+  const jwk = (k: { publicKey: import('node:crypto').KeyObject }, extra: object = {}): object => ({ ...k.publicKey.export({ format: 'jwk' }), ...extra });
+  const files: Record<string, string | object> = {
+    'p384.pub': p384.publicKey.export({ type: 'spki', format: 'pem' }) as string,
+    'ed.pub': ed.publicKey.export({ type: 'spki', format: 'pem' }) as string,
+    'two.json': { keys: [jwk(rsa, { kid: 'r' }), jwk(p256, { kid: 'e' })] },
+    'dup.json': { keys: [jwk(rsa, { kid: 'same' }), jwk(p256, { kid: 'same' })] },
+    'enc.json': { keys: [jwk(rsa, { kid: 'r', use: 'enc' })] },
+    'mixed-use.json': { keys: [jwk(rsa, { kid: 'r', use: 'enc' }), jwk(p256, { kid: 'e', use: 'sig' })] },
+    'badalg.json': { keys: [jwk(rsa, { alg: 'ES256' })] },
+    'hsalg.json': { keys: [jwk(rsa, { alg: 'HS256' })] },
+    'broken.json': { keys: [{ kty: 'RSA', n: 'AQAB' }] },
+    'numkid.json': { keys: [jwk(rsa, { kid: 7 })] },
+    'p384.json': { keys: [jwk(p384, { kid: 'x' })] },
+  };
+  for (const [name, body] of Object.entries(files)) writeFileSync(join(dir, name), typeof body === 'string' ? body : JSON.stringify(body));
+  const file = join(dir, 'p.yaml');
+  const jwt = (body: string): Config['auth'] => parseConfig(`auth:\n  jwt: ${body}\n`, file).auth;
+  const bad = (body: string): string[] => problemsOf(() => parseConfig(`auth:\n  jwt: ${body}\n`, file));
+
+  t.same(jwt('{ secret: s, requireExp: false }'), { jwt: { secret: 's', requireExp: false } }, 'requireExp: false is kept');
+  t.same(jwt('{ secret: s }').jwt?.requireExp, undefined, 'requireExp left out: the authenticator requires exp');
+  t.same(bad('{ secret: s, requireExp: "no" }'), ['auth.jwt.requireExp: expected true or false, got "no"']);
+  t.same(jwt('{ secret: s, claims: { subject: email, tenant: org, roles: groups } }').jwt?.claims, { subject: 'email', tenant: 'org', roles: 'groups' });
+
+  // Keys the default algorithms (RS256, ES256) cannot use need algorithms to be set.
+  t.same(bad('{ publicKeyFile: p384.pub }'), [
+    'auth.jwt.publicKeyFile: the default algorithms (RS256, ES256) do not fit the ec key; set auth.jwt.algorithms',
+  ]);
+  t.same(jwt('{ publicKeyFile: p384.pub, algorithms: [ES384] }').jwt?.algorithms, ['ES384']);
+  t.same(bad('{ publicKeyFile: ed.pub }'), [
+    'auth.jwt.publicKeyFile: the default algorithms (RS256, ES256) do not fit the ed25519 key; set auth.jwt.algorithms',
+  ]);
+  t.same(bad('{ jwksFile: p384.json }'), [
+    'auth.jwt.jwksFile: no key in the set can verify the default algorithms (RS256, ES256); set auth.jwt.algorithms',
+  ]);
+  t.same(jwt('{ jwksFile: two.json, algorithms: [PS512] }').jwt?.algorithms, ['PS512'], 'the RSA key of the set fits PS512');
+  t.same(jwt('{ jwksFile: two.json, algorithms: [ES256] }').jwt?.algorithms, ['ES256'], 'one key of the set fits: enough');
+  t.same(bad('{ jwksFile: p384.json, algorithms: [RS256] }'), [
+    'auth.jwt.jwksFile: no key in the set can verify auth.jwt.algorithms (RS256)',
+  ]);
+
+  // What a JWKS file may hold.
+  t.same(jwt('{ jwksFile: two.json }'), { jwt: { jwksFile: join(dir, 'two.json') } });
+  t.same(jwt('{ jwksFile: mixed-use.json }'), { jwt: { jwksFile: join(dir, 'mixed-use.json') } }, 'keys for encryption are left out');
+  const jwks = (name: string): string => join(dir, name);
+  t.same(bad('{ jwksFile: dup.json }'), [`auth.jwt.jwksFile: keys[1]: duplicate kid "same" (also keys[0]): ${jwks('dup.json')}`]);
+  t.same(bad('{ jwksFile: enc.json }'), [`auth.jwt.jwksFile: no signing keys (every key has a "use" other than "sig"): ${jwks('enc.json')}`]);
+  t.same(bad('{ jwksFile: badalg.json }'), [`auth.jwt.jwksFile: "ES256" does not fit the RSA key in keys[0]: ${jwks('badalg.json')}`]);
+  t.same(bad('{ jwksFile: hsalg.json }'), [`auth.jwt.jwksFile: keys[0]: unsupported "alg" "HS256": ${jwks('hsalg.json')}`]);
+  t.match(bad('{ jwksFile: broken.json }'), [/^auth\.jwt\.jwksFile: keys\[0\]: not a valid public key \(.*\): .*broken\.json$/]);
+  t.same(bad('{ jwksFile: numkid.json }'), [`auth.jwt.jwksFile: keys[0]: "kid" must be a string: ${jwks('numkid.json')}`]);
+});
+
+t.test('auth.mtls: which certificate subject attributes make the identity', async (t) => {
+  const file = '/etc/portcullis/p.yaml';
+  const mtls = (body: string): Config['auth']['mtls'] => parseConfig(`auth:\n  mtls: ${body}\n`, file).auth.mtls;
+  const bad = (body: string): string[] => problemsOf(() => parseConfig(`auth:\n  mtls: ${body}\n`, file));
+
+  t.same(parseConfig('auth: {}\n', file).auth, {}, 'not given: left out (the defaults apply: CN, O, no roles)');
+  t.same(mtls('{}'), { subject: ['CN'], tenant: ['O'], roles: [] }, 'an empty mapping: the defaults');
+  t.same(mtls('{ subject: CN, tenant: O, roles: OU }'), { subject: ['CN'], tenant: ['O'], roles: ['OU'] });
+  t.same(mtls('{ subject: [UID, CN], tenant: [O, OU], roles: [OU, title] }'), { subject: ['UID', 'CN'], tenant: ['O', 'OU'], roles: ['OU', 'title'] }, 'lists: first present wins, roles from all');
+  t.same(mtls('{ tenant: [], roles: emailAddress }'), { subject: ['CN'], tenant: [], roles: ['emailAddress'] }, 'tenant: [] maps no tenant');
+  t.same(bad('{ subject: cn, tenant: Org, roles: [OU, OU], extra: 1 }').sort(), [
+    'auth.mtls.extra: unknown key',
+    'auth.mtls.roles: names an attribute more than once',
+    `auth.mtls.subject: unknown X.509 subject attribute "cn", expected one of CN, O, OU, C, ST, L, street, postalCode, DC, UID, emailAddress, serialNumber, title, GN, SN, initials, pseudonym, name, description, dnQualifier, generationQualifier, businessCategory, organizationIdentifier`,
+    `auth.mtls.tenant: unknown X.509 subject attribute "Org", expected one of CN, O, OU, C, ST, L, street, postalCode, DC, UID, emailAddress, serialNumber, title, GN, SN, initials, pseudonym, name, description, dnQualifier, generationQualifier, businessCategory, organizationIdentifier`,
+  ].sort());
+  t.same(bad('{ subject: [] }'), ['auth.mtls.subject: must not be an empty list']);
+  t.same(bad('{ roles: [CN, 3] }'), ['auth.mtls.roles[1]: expected a string, got number 3']);
+  t.match(bad('{ roles: [CN, nope] }'), [/^auth\.mtls\.roles\[1\]: unknown X\.509 subject attribute "nope"/]);
+  t.same(bad('CN'), ['auth.mtls: expected a mapping, got "CN"']);
+
+  const c = parseConfig('auth:\n  mtls: { roles: OU }\n', file);
+  t.same(describeConfig(c)['auth'], { mtls: { subject: ['CN'], tenant: ['O'], roles: ['OU'] } }, 'described at start-up');
+  t.ok(Object.isFrozen(c.auth.mtls?.roles), 'frozen');
 });
 
 t.test('relative paths resolve against the config file directory', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {

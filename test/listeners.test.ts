@@ -142,8 +142,8 @@ async function expectedVersion (): Promise<string> {
 
 const TLS_LISTENERS = (pki: Pki): string => `
   - { name: mtls, tcp: 127.0.0.1:0, tls: { cert: ${pki.server}, key: ${pki.serverKey}, ca: ${pki.ca} } }
-  - { name: tls, tcp: 127.0.0.1:0, tls: { cert: server.pem, key: server-key.pem } }
-  - { name: plain, tcp: 127.0.0.1:0 }`
+  - { name: tls, tcp: 127.0.0.1:0, tls: { cert: server.pem, key: server-key.pem }, anonymous: true }
+  - { name: plain, tcp: 127.0.0.1:0, anonymous: true }`
 
 /** `docker run --rm IMAGE echo hi` and `echo x | docker exec -i BOX cat` against `host`. */
 async function hijackChecks (t: tap.Test, host: string, box: string, flags: string[] = []): Promise<void> {
@@ -268,7 +268,7 @@ t.test('unix socket: mode and group are applied', async (t) => {
   const dir = tempDir(t, 'pcl-')
   const sock = path.join(dir, 'm.sock')
   const group = socketGroup()
-  const gw = await startLogged(t, gatewayConfig(dir, `listen:\n  - { unix: ${sock}, mode: "0660", group: ${group.name} }\nupstream: unix://${engine().socket}`))
+  const gw = await startLogged(t, gatewayConfig(dir, `listen:\n  - { unix: ${sock}, mode: "0660", group: ${group.name}, anonymous: true }\nupstream: unix://${engine().socket}`))
   const st = fs.statSync(sock)
   t.ok(st.isSocket(), 'the socket exists')
   t.equal((st.mode & 0o777).toString(8), '660', 'mode 0660')
@@ -303,7 +303,7 @@ async function freePort (): Promise<number> {
 
 t.test('unix socket: a stale socket is replaced, a live one or a regular file refuses start-up', async (t) => {
   const dir = tempDir(t, 'pcl-')
-  const listenOn = (sock: string, before = ''): Config => gatewayConfig(dir, `listen:\n${before}  - unix: ${sock}\nupstream: unix://${engine().socket}`)
+  const listenOn = (sock: string, before = ''): Config => gatewayConfig(dir, `listen:\n${before}  - { unix: ${sock}, anonymous: true }\nupstream: unix://${engine().socket}`)
 
   const stale = path.join(dir, 'stale.sock')
   await staleSocket(stale)
@@ -318,7 +318,7 @@ t.test('unix socket: a stale socket is replaced, a live one or a regular file re
   t.teardown(() => new Promise((resolve) => other.close(resolve)))
   // A TCP listener opened before the failing one must be closed again.
   const port = await freePort()
-  await t.rejects(startGateway(listenOn(live, `  - tcp: 127.0.0.1:${port}\n`), pino({ level: 'silent' })),
+  await t.rejects(startGateway(listenOn(live, `  - { tcp: 127.0.0.1:${port}, anonymous: true }\n`), pino({ level: 'silent' })),
     { message: `${live} is in use by a running process` }, 'a live socket: start-up fails with a clear error')
   t.ok(await connects(live), 'the live socket is left alone')
   t.notOk(await connects(port), 'the listener opened before the failure was closed')

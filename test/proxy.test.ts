@@ -3,6 +3,7 @@
 // where only the bytes on the wire can (what exactly the engine would have received).
 import http from 'node:http'
 import net from 'node:net'
+import jwt from 'jsonwebtoken'
 import t from 'tap'
 import { engine, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
 
@@ -114,7 +115,9 @@ t.test('answers match the engine, versioned and unversioned', async (t) => {
 
 t.test('on the wire: exact target, end-to-end headers only, fresh Content-Length for inspected bodies', async (t) => {
   const up = await recorder(ENGINE_OK)
-  const gw = await startTestGateway('', up.url)
+  // A valid token: the gateway authenticates with it and consumes it.
+  const secret = 'proxy-test-secret'
+  const gw = await startTestGateway(`auth: { jwt: { secret: ${secret} } }\n`, up.url)
   t.teardown(async () => { await gw.close(); await up.close() })
 
   const res = await request({ socketPath: gw.socket }, 'GET', '/v1.41/images/busybox%40sha256:abc/json?x=1&x=2', {
@@ -123,7 +126,7 @@ t.test('on the wire: exact target, end-to-end headers only, fresh Content-Length
     'keep-alive': 'timeout=5',
     te: 'trailers',
     'proxy-authorization': 'Basic cHJveHk6c2VjcmV0',
-    authorization: 'Bearer not-for-the-engine',
+    authorization: `Bearer ${jwt.sign({ sub: 'proxy-test' }, secret, { expiresIn: 60 })}`,
     'x-kept': 'client',
   })
   const wire = up.received()

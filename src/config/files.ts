@@ -55,24 +55,3 @@ export function parsePrivateKey(data: Buffer): KeyObject | string {
     return `not a valid unencrypted private key (${errorCode(err)})`;
   }
 }
-
-/** Checks that a JWKS file is JSON of the form { keys: [ {kty, ...}, ... ] } with no symmetric keys. */
-export function checkJwks(data: Buffer): string | null {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(data.toString('utf8'));
-  } catch (err) {
-    return `not valid JSON (${errorCode(err)})`;
-  }
-  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return 'not a JSON Web Key Set: expected an object';
-  const keys = (doc as { keys?: unknown }).keys;
-  if (!Array.isArray(keys) || keys.length === 0) return 'not a JSON Web Key Set: expected a non-empty "keys" array';
-  for (let i = 0; i < keys.length; i++) {
-    const k: unknown = keys[i];
-    if (typeof k !== 'object' || k === null || Array.isArray(k)) return `keys[${i}]: expected an object`;
-    const kty = (k as { kty?: unknown }).kty;
-    if (typeof kty !== 'string') return `keys[${i}]: missing "kty"`;
-    if (kty === 'oct') return `keys[${i}]: symmetric ("oct") keys are not allowed in a JWKS file; use auth.jwt.secret`;
-  }
-  return null;
-}

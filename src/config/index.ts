@@ -15,6 +15,7 @@ import type { Config, JsonObject, ListenerConfig, TlsFiles, UpstreamConfig } fro
 
 export type {
   AuditLevel,
+  AuthConfig,
   Config,
   FixedIdentity,
   JsonObject,
@@ -23,6 +24,7 @@ export type {
   JwtConfig,
   ListenerConfig,
   LogLevel,
+  MtlsMappingConfig,
   TcpListenerConfig,
   TcpUpstreamConfig,
   TlsFiles,
@@ -32,7 +34,7 @@ export type {
   UpstreamConfig,
 } from './types';
 export { formatHostPort, parseHostPort, type HostPort } from './addresses';
-export { API_MINOR_MAX, API_MINOR_MIN, AUDIT_LEVELS, JWT_ALGORITHMS, LOG_LEVELS } from './validate';
+export { API_MINOR_MAX, API_MINOR_MIN, AUDIT_LEVELS, HMAC_ALGORITHMS, JWT_ALGORITHMS, LOG_LEVELS, X509_SUBJECT_ATTRIBUTES, defaultMtlsMapping } from './validate';
 
 /** Thrown when a configuration is invalid; `problems` lists every problem found, each prefixed by its key path. */
 export class ConfigError extends Error {
@@ -58,7 +60,9 @@ function deepFreeze<T>(value: T): T {
 
 /**
  * The built-in configuration used when no config file is given: unix socket
- * ./portcullis.sock and tcp 127.0.0.1:2375, upstream unix:///var/run/docker.sock,
+ * ./portcullis.sock (mode 0600, fixed identity: the OS user running the gateway,
+ * role admin) and tcp 127.0.0.1:2375 (bearer token required; without auth.jwt it
+ * refuses every request), upstream unix:///var/run/docker.sock,
  * policies in ./policies, audit to ./audit.jsonl at level metadata, no metrics
  * listener, log level info, API 1.24-1.56, 1 MiB JSON bodies, 10 s grace.
  * Relative paths resolve against `cwd` (default: process.cwd()).
@@ -184,12 +188,16 @@ export function describeConfig(c: Config): JsonObject {
     if (j.audience !== undefined) jwt['audience'] = typeof j.audience === 'string' ? j.audience : [...j.audience];
     if (j.algorithms !== undefined) jwt['algorithms'] = [...j.algorithms];
     if (j.clockToleranceSeconds !== undefined) jwt['clockToleranceSeconds'] = j.clockToleranceSeconds;
+    if (j.requireExp !== undefined) jwt['requireExp'] = j.requireExp;
     if (j.claims !== undefined) {
       const claims: JsonObject = {};
       for (const [k, v] of Object.entries(j.claims)) if (typeof v === 'string') claims[k] = v;
       jwt['claims'] = claims;
     }
     auth['jwt'] = jwt;
+  }
+  if (c.auth.mtls !== undefined) {
+    auth['mtls'] = { subject: [...c.auth.mtls.subject], tenant: [...c.auth.mtls.tenant], roles: [...c.auth.mtls.roles] };
   }
   out['auth'] = auth;
   out['policy'] = { dir: c.policy.dir };

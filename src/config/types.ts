@@ -96,7 +96,26 @@ export interface JwtConfig {
   audience?: string | string[];
   algorithms?: string[];
   clockToleranceSeconds?: number;
+  /** Refuse tokens without an `exp` claim; default true. */
+  requireExp?: boolean;
   claims?: JwtClaimsConfig;
+}
+
+/**
+ * Which X.509 subject attributes of a verified client certificate make the identity.
+ * Each lists attribute names (CN, O, OU, ...): subject and tenant take the first one
+ * the certificate has, roles collects the values of all of them.
+ */
+export interface MtlsMappingConfig {
+  subject: string[];
+  tenant: string[];
+  roles: string[];
+}
+
+export interface AuthConfig {
+  jwt?: JwtConfig;
+  /** Absent: subject from CN, tenant from O, no roles. */
+  mtls?: MtlsMappingConfig;
 }
 
 export interface Config {
@@ -106,7 +125,7 @@ export interface Config {
   upstream: UpstreamConfig;
   api: { minVersion: string; maxVersion: string };
   limits: { jsonBodyBytes: number };
-  auth: { jwt?: JwtConfig };
+  auth: AuthConfig;
   policy: { dir: string };
   audit: { file?: string; stdout?: boolean; level: AuditLevel };
   metrics: { listen?: { host: string; port: number } };

@@ -14,24 +14,37 @@
  */
 import { readFileSync } from 'node:fs';
 import { createPublicKey, type KeyObject } from 'node:crypto';
+import { userInfo } from 'node:os';
 import { resolve } from 'node:path';
 import { UNIX_PATH_MAX, addressKey, formatHostPort, parseHostPort, type HostPort } from './addresses';
 import {
   checkCaBundle,
-  checkJwks,
   errorCode,
   parseCertificate,
   parsePrivateKey,
   readFileOrProblem,
 } from './files';
+import {
+  DEFAULT_PUBLIC_KEY_ALGORITHMS,
+  DEFAULT_SECRET_ALGORITHMS,
+  HMAC_ALGORITHMS,
+  JWT_ALGORITHMS,
+  fittingAlgorithms,
+  jwksKeyAlgorithms,
+  keyFitProblem,
+  parseJwks,
+  type JwksKey,
+} from './jwt-keys';
 import type {
   AuditLevel,
   Config,
+  AuthConfig,
   FixedIdentity,
   JwtClaimsConfig,
   JwtConfig,
   ListenerConfig,
   LogLevel,
+  MtlsMappingConfig,
   TlsFiles,
   TlsMaterial,
   UpstreamConfig,
@@ -42,7 +55,6 @@ export const API_MINOR_MIN = 24;
 export const API_MINOR_MAX = 56;
 
 export const DEFAULTS = {
-  listen: [{ unix: './portcullis.sock' }, { tcp: '127.0.0.1:2375' }] as const,
   upstream: 'unix:///var/run/docker.sock',
   apiMinVersion: '1.24',
   apiMaxVersion: '1.56',
@@ -56,13 +68,44 @@ export const DEFAULTS = {
 
 export const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 export const AUDIT_LEVELS: readonly AuditLevel[] = ['metadata', 'request'];
-export const HMAC_ALGORITHMS: readonly string[] = ['HS256', 'HS384', 'HS512'];
-export const JWT_ALGORITHMS: readonly string[] = [
-  ...HMAC_ALGORITHMS,
-  'RS256', 'RS384', 'RS512',
-  'PS256', 'PS384', 'PS512',
-  'ES256', 'ES384', 'ES512',
+export { HMAC_ALGORITHMS, JWT_ALGORITHMS };
+
+/**
+ * The listeners used when the configuration names none. The unix socket is created
+ * owner-only (0600), as the engine protects its own socket, and whoever can connect
+ * to it acts as the user running the gateway, with role admin. The TCP port requires
+ * a bearer token: without auth.jwt it refuses every request (401).
+ */
+export function defaultListeners(): Mapping[] {
+  return [
+    { unix: './portcullis.sock', mode: '0600', identity: { subject: osUserName(), roles: ['admin'] } },
+    { tcp: '127.0.0.1:2375' },
+  ];
+}
+
+function osUserName(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    // A uid without a passwd entry (some containers).
+    return `uid:${process.getuid?.() ?? 'unknown'}`;
+  }
+}
+
+/**
+ * X.509 subject attribute names a client certificate mapping may use, as Node names
+ * them (OpenSSL short names).
+ */
+export const X509_SUBJECT_ATTRIBUTES: readonly string[] = [
+  'CN', 'O', 'OU', 'C', 'ST', 'L', 'street', 'postalCode', 'DC', 'UID', 'emailAddress', 'serialNumber',
+  'title', 'GN', 'SN', 'initials', 'pseudonym', 'name', 'description', 'dnQualifier', 'generationQualifier',
+  'businessCategory', 'organizationIdentifier',
 ];
+
+/** auth.mtls when not given, and for the keys it leaves out: subject from CN, tenant from O, no roles. */
+export function defaultMtlsMapping(): MtlsMappingConfig {
+  return { subject: ['CN'], tenant: ['O'], roles: [] };
+}
 
 const ROOT_KEYS = ['listen', 'upstream', 'api', 'limits', 'auth', 'policy', 'audit', 'metrics', 'log', 'shutdown'];
 const LISTENER_KEYS = ['unix', 'tcp', 'name', 'mode', 'group', 'tls', 'identity', 'anonymous'];
@@ -70,8 +113,9 @@ const TLS_KEYS = ['cert', 'key', 'ca'];
 const IDENTITY_KEYS = ['subject', 'tenant', 'roles'];
 const UPSTREAM_KEYS = ['url', 'tls'];
 const JWT_KEY_SOURCES = ['secret', 'publicKeyFile', 'jwksFile'] as const;
-const JWT_KEYS = [...JWT_KEY_SOURCES, 'issuer', 'audience', 'algorithms', 'clockToleranceSeconds', 'claims'];
+const JWT_KEYS = [...JWT_KEY_SOURCES, 'issuer', 'audience', 'algorithms', 'clockToleranceSeconds', 'requireExp', 'claims'];
 const CLAIMS_KEYS = ['subject', 'tenant', 'roles'];
+const MTLS_KEYS = ['subject', 'tenant', 'roles'];
 
 const MAX_GID = 4294967294;
 
@@ -480,7 +524,7 @@ function listener(ctx: Ctx, at: At, v: unknown): ListenerConfig | undefined {
 function listeners(ctx: Ctx, root: Mapping): ListenerConfig[] {
   const at = new At(['listen']);
   let v = own(root, 'listen');
-  if (v === undefined) v = DEFAULTS.listen;
+  if (v === undefined) v = defaultListeners();
   if (!Array.isArray(v) || v.length === 0) {
     ctx.problem(at, `expected a non-empty list of listeners, got ${Array.isArray(v) ? 'an empty list' : shown(v)}`);
     return [];
@@ -614,17 +658,7 @@ function algorithmFamilyProblem(alg: string, source: (typeof JWT_KEY_SOURCES)[nu
     return hmac ? null : `"${alg}" cannot be used with secret (a shared secret needs HS256, HS384 or HS512)`;
   }
   if (hmac) return `"${alg}" cannot be used with ${source} (HMAC with a public key lets anyone forge tokens)`;
-  if (key === undefined) return null;
-  const type = key.asymmetricKeyType;
-  if (type === 'rsa') return alg.startsWith('RS') || alg.startsWith('PS') ? null : `"${alg}" does not fit the RSA key in ${source}`;
-  if (type === 'rsa-pss') return alg.startsWith('PS') ? null : `"${alg}" does not fit the RSA-PSS key in ${source}`;
-  if (type === 'ec') {
-    const curve = key.asymmetricKeyDetails?.namedCurve;
-    const want = { ES256: 'prime256v1', ES384: 'secp384r1', ES512: 'secp521r1' }[alg];
-    if (want === undefined) return `"${alg}" does not fit the EC key in ${source}`;
-    return curve === undefined || curve === want ? null : `"${alg}" does not fit the EC key (curve ${curve}) in ${source}`;
-  }
-  return `"${alg}" does not fit the ${type ?? 'unknown'} key in ${source}`;
+  return key === undefined ? null : keyFitProblem(alg, key, source);
 }
 
 function jwt(ctx: Ctx, at: At, v: unknown): JwtConfig | undefined {
@@ -651,12 +685,14 @@ function jwt(ctx: Ctx, at: At, v: unknown): JwtConfig | undefined {
       }
     }
   }
+  let jwks: JwksKey[] | undefined;
   if (own(m, 'jwksFile') !== undefined) {
     const f = fileContents(ctx, at.k('jwksFile'), own(m, 'jwksFile'));
     if (f !== undefined) {
       out.jwksFile = f.path;
-      const problem = checkJwks(f.data);
-      if (problem !== null) ctx.problem(at.k('jwksFile'), `${problem}: ${f.path}`);
+      const parsed = parseJwks(f.data);
+      if (typeof parsed === 'string') ctx.problem(at.k('jwksFile'), `${parsed}: ${f.path}`);
+      else jwks = parsed;
     }
   }
   const issuer = optStr(ctx, m, at, 'issuer');
@@ -672,6 +708,7 @@ function jwt(ctx: Ctx, at: At, v: unknown): JwtConfig | undefined {
   }
 
   const algV = own(m, 'algorithms');
+  let algsOk = algV === undefined;
   if (algV !== undefined) {
     const algs = stringList(ctx, at.k('algorithms'), algV, { nonEmpty: true });
     if (algs !== undefined) {
@@ -693,6 +730,18 @@ function jwt(ctx: Ctx, at: At, v: unknown): JwtConfig | undefined {
         }
       });
       if (ok) out.algorithms = algs;
+      algsOk = ok;
+    }
+  }
+  // The keys must be usable with the algorithms in force (given, or the defaults).
+  if (algsOk && sources.length === 1) {
+    const algs = out.algorithms ?? (out.secret !== undefined ? DEFAULT_SECRET_ALGORITHMS : DEFAULT_PUBLIC_KEY_ALGORITHMS);
+    const given = out.algorithms !== undefined ? 'auth.jwt.algorithms' : 'the default algorithms';
+    if (publicKey !== undefined && out.algorithms === undefined && fittingAlgorithms(algs, publicKey).length === 0) {
+      ctx.problem(at.k('publicKeyFile'), `${given} (${algs.join(', ')}) do not fit the ${publicKey.asymmetricKeyType ?? 'unknown'} key; set auth.jwt.algorithms`);
+    }
+    if (jwks !== undefined && !jwks.some((k) => jwksKeyAlgorithms(k, algs).length > 0)) {
+      ctx.problem(at.k('jwksFile'), `no key in the set can verify ${given} (${algs.join(', ')})${out.algorithms === undefined ? '; set auth.jwt.algorithms' : ''}`);
     }
   }
 
@@ -701,6 +750,8 @@ function jwt(ctx: Ctx, at: At, v: unknown): JwtConfig | undefined {
     const tol = num(ctx, at.k('clockToleranceSeconds'), tolV, { min: 0, max: 3600 });
     if (tol !== undefined) out.clockToleranceSeconds = tol;
   }
+  const requireExp = optBool(ctx, m, at, 'requireExp');
+  if (requireExp !== undefined) out.requireExp = requireExp;
 
   const claimsV = own(m, 'claims');
   if (claimsV !== undefined) {
@@ -717,12 +768,56 @@ function jwt(ctx: Ctx, at: At, v: unknown): JwtConfig | undefined {
   return out;
 }
 
-function auth(ctx: Ctx, root: Mapping): Config['auth'] {
-  const m = section(ctx, root, 'auth', ['jwt']);
-  const v = own(m, 'jwt');
-  if (v === undefined) return {};
-  const j = jwt(ctx, new At(['auth', 'jwt']), v);
-  return j === undefined ? {} : { jwt: j };
+/** An X.509 subject attribute name, or a list of them. */
+function attributeNames(ctx: Ctx, at: At, v: unknown, opts: { nonEmpty: boolean }): string[] | undefined {
+  const names = typeof v === 'string' ? [v] : stringList(ctx, at, v, opts);
+  if (names === undefined) return undefined;
+  let ok = true;
+  names.forEach((name, i) => {
+    if (!X509_SUBJECT_ATTRIBUTES.includes(name)) {
+      ctx.problem(typeof v === 'string' ? at : at.i(i), `unknown X.509 subject attribute ${shown(name)}, expected one of ${X509_SUBJECT_ATTRIBUTES.join(', ')}`);
+      ok = false;
+    }
+  });
+  if (new Set(names).size !== names.length) {
+    ctx.problem(at, 'names an attribute more than once');
+    ok = false;
+  }
+  return ok ? names : undefined;
+}
+
+/**
+ * `auth.mtls`: which subject attributes of a verified client certificate give the
+ * identity. Each key takes an attribute name or a list of them; subject and tenant
+ * use the first one present, roles the values of all. Keys left out keep their
+ * defaults (subject CN, tenant O, roles none); tenant and roles may be `[]`.
+ */
+function mtls(ctx: Ctx, at: At, v: unknown): MtlsMappingConfig | undefined {
+  const m = mapping(ctx, at, v, MTLS_KEYS);
+  if (m === undefined) return undefined;
+  const out = defaultMtlsMapping();
+  let ok = true;
+  for (const key of MTLS_KEYS as Array<keyof MtlsMappingConfig>) {
+    const kv = own(m, key);
+    if (kv === undefined) continue;
+    const names = attributeNames(ctx, at.k(key), kv, { nonEmpty: key === 'subject' });
+    if (names === undefined) ok = false;
+    else out[key] = names;
+  }
+  return ok ? out : undefined;
+}
+
+function auth(ctx: Ctx, root: Mapping): AuthConfig {
+  const at = new At(['auth']);
+  const m = section(ctx, root, 'auth', ['jwt', 'mtls']);
+  const out: AuthConfig = {};
+  const jwtV = own(m, 'jwt');
+  const j = jwtV === undefined ? undefined : jwt(ctx, at.k('jwt'), jwtV);
+  if (j !== undefined) out.jwt = j;
+  const mtlsV = own(m, 'mtls');
+  const t = mtlsV === undefined ? undefined : mtls(ctx, at.k('mtls'), mtlsV);
+  if (t !== undefined) out.mtls = t;
+  return out;
 }
 
 function audit(ctx: Ctx, root: Mapping): Config['audit'] {

@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { Transform, type TransformCallback } from 'node:stream'
+import type { Identity } from './authenticate'
 import type { Target } from './catalog/route'
 import type { GatewayError } from './errors'
 
@@ -15,6 +16,8 @@ export interface RequestContext {
   readonly url: string
   readonly startedAt: number
   target?: Target
+  /** Who is making the request, once authenticated. */
+  identity?: Identity
   /** For operations with an inspected JSON body: exactly the bytes forwarded. */
   body?: Buffer
   /** `upgrade` (101 relayed) or `raw` (200 + raw stream) once a hijack is established. */

@@ -73,9 +73,16 @@ function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: ()
   engine.pipe(counter((n) => { ctx.bytesOut += n })).pipe(client)
   client.on('error', finish)
   engine.on('error', finish)
-  // A full close of either side (both directions ended, or a reset) ends the session.
-  client.on('close', finish)
-  engine.on('close', finish)
+  // The session is over once each side has been sent everything meant for it, not
+  // when one side closes: the engine closing right after its last bytes must not
+  // discard output still queued here for a slower client. A side that closes
+  // without having ended its own stream was reset: tear everything down.
+  const delivered = (s: Duplex): boolean => s.writableFinished || s.destroyed
+  const check = (): void => { if (delivered(client) && delivered(engine)) finish() }
+  for (const side of [client, engine]) {
+    side.on('finish', check)
+    side.on('close', () => { if (side.readableEnded) check(); else finish() })
+  }
 }
 
 export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void): Promise<void> {
@@ -134,11 +141,14 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         // disconnect must end the upstream work; clients that need half-close send
         // `Upgrade: tcp` (every client since API 1.24 does).
         req.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length; engine.write(chunk) })
+        // The pipe ends the response once the engine's output has all passed through.
         engine.pipe(counter((n) => { ctx.bytesOut += n })).pipe(out)
-        const finish = (): void => { engine.destroy(); out.destroy(); settle() }
-        engine.once('close', () => { out.end(); settle() })
+        const finish = (): void => { engine.destroy(); settle() }
+        out.once('finish', finish)
         out.once('close', finish)
-        engine.on('error', finish)
+        const reset = (): void => { out.destroy(); finish() }
+        engine.on('error', reset)
+        engine.on('close', () => { if (!engine.readableEnded) reset() })
       }
     })
 

@@ -4,6 +4,7 @@
  */
 import pino, { type Logger } from 'pino'
 import { describeConfig, type Config } from '../config'
+import { acceptedCredentials, createAuthenticator, type Authenticator } from './authenticate'
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { createUpstream, type Upstream } from './upstream'
@@ -19,9 +20,11 @@ export interface Gateway {
 }
 
 export async function startGateway (config: Config, log: Logger = pino({ level: config.log.level })): Promise<Gateway> {
+  // Reads the key material; replaced on reload (new keys, claims, mappings).
+  let authenticator: Authenticator = createAuthenticator(config.auth)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
@@ -31,6 +34,9 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     throw err
   }
   log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address) }, 'portcullis started')
+  for (const l of config.listen) {
+    if (acceptedCredentials(config.auth, l).length === 0) log.warn({ listener: l.name }, 'this listener accepts no credentials and refuses every request (401): configure auth.jwt, or give it a client CA, an identity or anonymous: true')
+  }
 
   let current = config
   return {
@@ -38,6 +44,12 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     log,
     inflight,
     reload (next: Config): void {
+      try {
+        authenticator = createAuthenticator(next.auth)
+      } catch (err) {
+        log.error({ err: { message: (err as Error).message } }, 'reload: cannot load the authentication keys; keeping the running configuration')
+        return
+      }
       log.level = next.log.level
       for (const l of listeners) {
         const now = next.listen.find((n) => n.name === l.config.name)
@@ -49,7 +61,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       const after = describeConfig(next)
       const restartNeeded = ['listen', 'upstream', 'api', 'limits'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
       if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
-      current = { ...current, log: next.log }
+      current = { ...current, log: next.log, auth: next.auth }
       log.info('configuration reloaded')
     },
     async close (): Promise<void> {

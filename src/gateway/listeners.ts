@@ -88,20 +88,20 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
     handler: async (request, reply) => {
       reply.hijack()
       const ctx = newContext(cfg.name, remoteOf(request.raw.socket, cfg), request.raw.method ?? '', request.raw.url ?? '')
-      await handleRequest(deps, ctx, request.raw, reply.raw)
+      await handleRequest(deps, cfg, ctx, request.raw, reply.raw)
     },
   })
   app.setNotFoundHandler((request, reply) => {
     reply.hijack()
     const ctx = newContext(cfg.name, remoteOf(request.raw.socket, cfg), request.raw.method ?? '', request.raw.url ?? '')
-    void handleRequest(deps, ctx, request.raw, reply.raw)
+    void handleRequest(deps, cfg, ctx, request.raw, reply.raw)
   })
   await app.ready()
   if (!server) throw new Error('fastify did not create the server')
   const srv = server
   srv.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
     const ctx = newContext(cfg.name, remoteOf(socket, cfg), req.method ?? '', req.url ?? '')
-    void handleUpgrade(deps, ctx, req, socket, head)
+    void handleUpgrade(deps, cfg, ctx, req, socket, head)
   })
   if (cfg.kind === 'unix') {
     await clearStaleSocket(cfg.path)

@@ -1,7 +1,7 @@
 /**
  * The request lifecycle, and the only module that knows its order:
  *
- *   listen -> route (operation id) -> [authenticate -> authorize] -> read/inspect body
+ *   listen -> route (operation id) -> authenticate -> [authorize] -> read/inspect body
  *          -> forward | hijack -> log (and, as they land, audit + metrics)
  *
  * Two entry points feed the same stages: ordinary requests from the listener's
@@ -11,6 +11,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
+import type { ListenerConfig } from '../config'
+import type { Identity } from './authenticate'
 import { hasBody, readCapped, readUpgradeBody } from './body'
 import { resolveTarget, type ApiWindow } from './catalog/route'
 import { elapsedMs, type RequestContext } from './context'
@@ -26,6 +28,8 @@ export interface GatewayDeps {
   readonly upstream: Upstream
   readonly log: Logger
   readonly inflight: Inflight
+  /** Who is making the request; throws UNAUTHENTICATED. */
+  readonly authenticate: (req: IncomingMessage, listener: ListenerConfig) => Identity
 }
 
 /** What is in progress, so that shutdown can drain requests and close long streams. */
@@ -64,10 +68,16 @@ export class Inflight {
 }
 
 /** Stages that run for every request, whatever its transport. */
-function admit (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): void {
+function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage): void {
   if (deps.inflight.closing) throw new GatewayError('SHUTTING_DOWN', 'the gateway is shutting down')
   assertNoDuplicateHeaders(req.rawHeaders)
+  // Go's ParseForm merges a form-encoded body into the parameters the engine reads,
+  // ahead of the query string the gateway checked. No Docker client sends forms.
+  if (/^\s*(application\/x-www-form-urlencoded|multipart\/form-data)/i.test(req.headers['content-type'] ?? '')) {
+    throw new GatewayError('BODY_INVALID', 'form-encoded request bodies are not accepted')
+  }
   ctx.target = resolveTarget(req.method ?? '', req.url ?? '', deps.api)
+  ctx.identity = deps.authenticate(req, listener)
 }
 
 /**
@@ -96,6 +106,9 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     listener: ctx.listener,
     op,
     method: ctx.method,
+    subject: ctx.identity?.subject,
+    tenant: ctx.identity ? ctx.identity.tenant : undefined,
+    auth: ctx.identity?.method,
     status: ctx.status,
     bytesIn: ctx.bytesIn,
     bytesOut: ctx.bytesOut,
@@ -116,10 +129,10 @@ function fail (ctx: RequestContext, err: unknown): GatewayError {
   return e
 }
 
-export async function handleRequest (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const done = deps.inflight.begin()
   try {
-    admit(deps, ctx, req)
+    admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
     if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(ctx.body))) {
@@ -147,11 +160,11 @@ export async function handleRequest (deps: GatewayDeps, ctx: RequestContext, req
   }
 }
 
-export async function handleUpgrade (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const done = deps.inflight.begin()
   socket.on('error', () => socket.destroy())
   try {
-    admit(deps, ctx, req)
+    admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
     const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)

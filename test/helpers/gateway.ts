@@ -30,11 +30,14 @@ export interface TestGateway {
   close (): Promise<void>
 }
 
-/** Start a gateway in this process. `yaml` adds to (or overrides) the generated config. */
+/**
+ * Start a gateway in this process. `yaml` adds to (or overrides) the generated config.
+ * Its two listeners take requests without credentials (`anonymous: true`).
+ */
 export async function startTestGateway (extraYaml = '', upstream?: string): Promise<TestGateway> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcg-'))
   const socket = path.join(dir, 'gw.sock')
-  const text = `listen:\n  - unix: ${socket}\n  - tcp: 127.0.0.1:0\nupstream: ${upstream ?? `unix://${engine().socket}`}\npolicy: { dir: ${dir} }\naudit: { file: ${dir}/audit.jsonl }\nlog: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }\nshutdown: { graceSeconds: 2 }\n${extraYaml}`
+  const text = `listen:\n  - { unix: ${socket}, anonymous: true }\n  - { tcp: 127.0.0.1:0, anonymous: true }\nupstream: ${upstream ?? `unix://${engine().socket}`}\npolicy: { dir: ${dir} }\naudit: { file: ${dir}/audit.jsonl }\nlog: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }\nshutdown: { graceSeconds: 2 }\n${extraYaml}`
   const config = parseConfig(text, path.join(dir, 'portcullis.yaml'))
   const gateway = await startGateway(config, pino({ level: config.log.level }))
   const tcp = gateway.listeners.find((l) => l.config.kind === 'tcp')?.address ?? ''
@@ -68,6 +71,8 @@ export async function run (cmd: string, args: readonly string[], opts: { host: s
   let err = ''
   child.stdout.on('data', (b: Buffer) => out.push(b))
   child.stderr.on('data', (b: Buffer) => { err += b.toString() })
+  // A command that exits before reading its input must not fail the test with EPIPE.
+  child.stdin.on('error', () => {})
   if (opts.stdin !== undefined) child.stdin.end(opts.stdin)
   else child.stdin.end()
   const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000)

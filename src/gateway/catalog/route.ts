@@ -110,6 +110,10 @@ export function resolveTarget (method: string, rawUrl: string, window: ApiWindow
   const rawPath = q < 0 ? rawUrl : rawUrl.slice(0, q)
   const rawQuery = q < 0 ? '' : rawUrl.slice(q + 1)
   if (rawQuery.includes('#')) throw new GatewayError('PATH_INVALID', 'request target must not contain a fragment')
+  // Go's url.ParseQuery drops a pair containing `;` or a malformed escape, where
+  // URLSearchParams keeps it: `?networkmode=host;x` would mean two different things.
+  if (rawQuery.includes(';')) throw new GatewayError('PATH_AMBIGUOUS', 'query string contains `;`')
+  if (/%(?![0-9A-Fa-f]{2})/.test(rawQuery)) throw new GatewayError('PATH_AMBIGUOUS', 'query string contains a malformed percent-encoding')
   let segs = decodeSegments(rawPath)
 
   let apiVersion: string | null = null
