@@ -27,9 +27,9 @@ export async function startGatewayProcess (dir: string, engineSocket: string): P
   fs.mkdirSync(path.join(dir, 'policies'), { recursive: true })
   fs.writeFileSync(configFile, [
     'listen:',
-    `  - { unix: ${socket}, anonymous: true }`,
+    `  - { unix: ${socket}, identity: { subject: tester, roles: [admin] } }`,
     `upstream: unix://${engineSocket}`,
-    `policy: { dir: ${path.join(dir, 'policies')} }`,
+    `policy: { dir: ${path.resolve(__dirname, '../../policies')} }`,
     `audit: { file: ${path.join(dir, 'audit.jsonl')} }`,
     'log: { level: warn }',
     'shutdown: { graceSeconds: 2 }',

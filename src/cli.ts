@@ -30,7 +30,7 @@ Commands:
   --version                 Print the version.
 
 Signals (serve): SIGTERM/SIGINT drain in-flight requests and close long streams;
-SIGHUP reloads the config file (log level, TLS certificates, auth).
+SIGHUP reloads the policy and the config file (log level, TLS certificates, auth).
 `
 
 function version (): string {
@@ -72,9 +72,13 @@ async function serve (args: string[]): Promise<number> {
   })
   if (!gateway) return 1
   process.on('SIGHUP', () => {
-    if (!file) { log.info('SIGHUP: no config file to reload'); return }
+    if (!file) {
+      log.info('SIGHUP: no config file to reload; reloading the policy')
+      void gateway.policy.reload()
+      return
+    }
     try {
-      gateway.reload(loadConfig(file))
+      void gateway.reload(loadConfig(file))
     } catch (err) {
       if (err instanceof ConfigError) log.error({ problems: err.problems }, 'SIGHUP: new configuration is invalid; keeping the running one')
       else log.error({ err: { message: (err as Error).message } }, 'SIGHUP: reload failed')

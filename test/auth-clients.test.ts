@@ -13,7 +13,7 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI20, CLI28, engine, run, uniqueName } from './helpers/gateway'
+import { CLI20, CLI28, engine, POLICIES, run, uniqueName } from './helpers/gateway'
 
 type LogLine = Record<string, unknown>
 
@@ -29,7 +29,7 @@ fs.writeFileSync(path.join(dir, 'jwks.json'), JSON.stringify({ keys: [{ ...signe
 
 function token (claims: object, key = signer.privateKey): string {
   const exp = Math.floor(Date.now() / 1000) + 600
-  return jwt.sign({ sub: 'ci-bot', tenant: 'team-a', roles: ['builder'], jti: 'run-42', exp, ...claims }, key,
+  return jwt.sign({ sub: 'ci-bot', tenant: 'team-a', roles: ['tenant'], jti: 'run-42', exp, ...claims }, key,
     { algorithm: 'ES256', keyid: 'ci-2024', issuer: 'https://auth.example', audience: 'portcullis' })
 }
 
@@ -46,7 +46,7 @@ function leaf (name: string, subject: string, ext: string): void {
   openssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca-key.pem', '-set_serial', String(++serial), '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.pem`)
 }
 leaf('server', '/CN=portcullis', 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n')
-leaf('client', '/O=acme/OU=deploy/OU=audit/CN=release-runner', 'extendedKeyUsage=clientAuth\n')
+leaf('client', '/O=acme/OU=tenant/OU=audit/CN=release-runner', 'extendedKeyUsage=clientAuth\n')
 const p = (f: string): string => path.join(dir, f)
 const TLS_FLAGS = ['--tlsverify', '--tlscacert', p('ca.pem'), '--tlscert', p('client.pem'), '--tlskey', p('client-key.pem')]
 
@@ -75,7 +75,7 @@ upstream: unix://${engine().socket}
 auth:
   jwt: { jwksFile: ${jwks}, issuer: https://auth.example, audience: portcullis }
   mtls: { subject: CN, tenant: O, roles: OU }
-policy: { dir: ${dir} }
+policy: { dir: ${POLICIES} }
 audit: { file: ${dir}/audit.jsonl }
 log: { level: info }
 shutdown: { graceSeconds: 2 }
@@ -229,7 +229,7 @@ t.test('reload: new key material applies to the next request', async (t) => {
   const version = async (tok: string): Promise<{ code: number | null, stderr: string }> =>
     await run(CLI28, ['version'], { host: `unix://${sock}`, env: { DOCKER_CONFIG: dockerConfig({ Authorization: `Bearer ${tok}` }) }, timeoutMs: 30_000 })
   t.equal((await version(token({}))).code, 0, 'before: a token from the first key works')
-  gateway.reload(parseConfig(configText('rotated.json'), p('portcullis.yaml')))
+  await gateway.reload(parseConfig(configText('rotated.json'), p('portcullis.yaml')))
   t.ok(log.some((l) => l.msg === 'configuration reloaded'), 'reloaded')
   t.notOk(log.some((l) => l.msg === 'configuration changes that need a restart were not applied'), 'an auth change needs no restart')
   const old = await version(token({}))

@@ -9,7 +9,7 @@ import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { Agent, request as undiciRequest } from 'undici'
-import { CLI28, engine, run, uniqueName } from './helpers/gateway'
+import { CLI28, engine, POLICIES, run, uniqueName } from './helpers/gateway'
 
 const CLI = path.join(__dirname, '..', 'src', 'cli.js')
 const GRACE_SECONDS = 3
@@ -114,8 +114,8 @@ function dockerBackground (t: Teardown, host: string, args: string[]): Proc {
 
 /** A config for `serve`: a unix socket in `dir`, a TCP port, the test engine. */
 function configText (dir: string, extra = '', socketName = 'gw.sock'): string {
-  return `listen:\n  - { unix: ${path.join(dir, socketName)}, anonymous: true }\n  - { name: tcp, tcp: 127.0.0.1:0, anonymous: true }\nupstream: unix://${engine().socket}\n` +
-    `policy: { dir: ${dir} }\naudit: { file: ${path.join(dir, 'audit.jsonl')} }\nshutdown: { graceSeconds: ${GRACE_SECONDS} }\n${extra}`
+  return `listen:\n  - { unix: ${path.join(dir, socketName)}, identity: { subject: tester, roles: [admin] } }\n  - { name: tcp, tcp: 127.0.0.1:0, identity: { subject: tester, roles: [admin] } }\nupstream: unix://${engine().socket}\n` +
+    `policy: { dir: ${POLICIES} }\naudit: { file: ${path.join(dir, 'audit.jsonl')} }\nshutdown: { graceSeconds: ${GRACE_SECONDS} }\n${extra}`
 }
 
 function writeConfig (dir: string, text = configText(dir)): string {
@@ -403,6 +403,8 @@ t.test('serve without a config file: built-in defaults', async (t) => {
   const busy = await portFree(2375) ? false : '127.0.0.1:2375 is in use on this machine; the built-in defaults cannot be exercised'
   await t.test('./portcullis.sock and 127.0.0.1:2375, upstream unix:///var/run/docker.sock', { skip: busy }, async (t) => {
     const cwd = tempDir(t, 'pcc-cwd-')
+    // The defaults read the policy from ./policies, as `npm start` in a checkout does.
+    fs.cpSync(POLICIES, path.join(cwd, 'policies'), { recursive: true })
     const gw = serve(t, [], { cwd })
     const sock = path.join(cwd, 'portcullis.sock')
     const listening = await gw.started()
@@ -427,8 +429,8 @@ t.test('serve without a config file: built-in defaults', async (t) => {
       t.match(line, { auth: 'listener', subject: os.userInfo().username, status: 502 }, 'the socket acts as the OS user running the gateway')
     })
     gw.child.kill('SIGHUP')
-    await gw.logged('SIGHUP: no config file to reload')
-    t.ok(gw.running, 'SIGHUP without a config file: reported, still running')
+    await gw.logged('SIGHUP: no config file to reload; reloading the policy')
+    t.ok(gw.running, 'SIGHUP without a config file: the policy is reloaded, still running')
 
     await stopsCleanly(t, gw, sock)
   })

@@ -11,7 +11,7 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig, type Config } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI28, engine, run, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
+import { CLI28, engine, POLICIES, run, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
 
 interface Teardown { teardown: (fn: () => unknown) => void }
 type LogLine = Record<string, unknown>
@@ -46,7 +46,8 @@ function makePki (dir: string): Pki {
   let serial = 1
   const leaf = (name: string, issuer: string, extensions: string): void => {
     fs.writeFileSync(path.join(dir, `${name}.ext`), extensions)
-    openssl('req', '-new', ...newKey, '-subj', `/CN=${name}`, '-keyout', `${name}-key.pem`, '-out', `${name}.csr`)
+    // Client certificates carry their role in OU (mapped by auth.mtls.roles below).
+    openssl('req', '-new', ...newKey, '-subj', `${name.endsWith('client') ? '/OU=admin' : ''}/CN=${name}`, '-keyout', `${name}-key.pem`, '-out', `${name}.csr`)
     openssl('x509', '-req', '-in', `${name}.csr`, '-CA', `${issuer}.pem`, '-CAkey', `${issuer}-key.pem`,
       '-set_serial', String(++serial), '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.pem`)
   }
@@ -73,7 +74,7 @@ function makePki (dir: string): Pki {
 
 /** Listeners and upstream as YAML; the rest of the config points into `dir`. */
 function gatewayConfig (dir: string, yaml: string): Config {
-  const text = `${yaml}\npolicy: { dir: ${dir} }\naudit: { file: ${dir}/audit.jsonl }\nlog: { level: info }\nshutdown: { graceSeconds: 2 }\n`
+  const text = `${yaml}\nauth: { mtls: { roles: OU } }\npolicy: { dir: ${POLICIES} }\naudit: { file: ${dir}/audit.jsonl }\nlog: { level: info }\nshutdown: { graceSeconds: 2 }\n`
   return parseConfig(text, path.join(dir, 'portcullis.yaml'))
 }
 
@@ -142,8 +143,8 @@ async function expectedVersion (): Promise<string> {
 
 const TLS_LISTENERS = (pki: Pki): string => `
   - { name: mtls, tcp: 127.0.0.1:0, tls: { cert: ${pki.server}, key: ${pki.serverKey}, ca: ${pki.ca} } }
-  - { name: tls, tcp: 127.0.0.1:0, tls: { cert: server.pem, key: server-key.pem }, anonymous: true }
-  - { name: plain, tcp: 127.0.0.1:0, anonymous: true }`
+  - { name: tls, tcp: 127.0.0.1:0, tls: { cert: server.pem, key: server-key.pem }, identity: { subject: tester, roles: [admin] } }
+  - { name: plain, tcp: 127.0.0.1:0, identity: { subject: tester, roles: [admin] } }`
 
 /** `docker run --rm IMAGE echo hi` and `echo x | docker exec -i BOX cat` against `host`. */
 async function hijackChecks (t: tap.Test, host: string, box: string, flags: string[] = []): Promise<void> {
@@ -268,7 +269,7 @@ t.test('unix socket: mode and group are applied', async (t) => {
   const dir = tempDir(t, 'pcl-')
   const sock = path.join(dir, 'm.sock')
   const group = socketGroup()
-  const gw = await startLogged(t, gatewayConfig(dir, `listen:\n  - { unix: ${sock}, mode: "0660", group: ${group.name}, anonymous: true }\nupstream: unix://${engine().socket}`))
+  const gw = await startLogged(t, gatewayConfig(dir, `listen:\n  - { unix: ${sock}, mode: "0660", group: ${group.name}, identity: { subject: tester, roles: [admin] } }\nupstream: unix://${engine().socket}`))
   const st = fs.statSync(sock)
   t.ok(st.isSocket(), 'the socket exists')
   t.equal((st.mode & 0o777).toString(8), '660', 'mode 0660')
@@ -303,7 +304,7 @@ async function freePort (): Promise<number> {
 
 t.test('unix socket: a stale socket is replaced, a live one or a regular file refuses start-up', async (t) => {
   const dir = tempDir(t, 'pcl-')
-  const listenOn = (sock: string, before = ''): Config => gatewayConfig(dir, `listen:\n${before}  - { unix: ${sock}, anonymous: true }\nupstream: unix://${engine().socket}`)
+  const listenOn = (sock: string, before = ''): Config => gatewayConfig(dir, `listen:\n${before}  - { unix: ${sock}, identity: { subject: tester, roles: [admin] } }\nupstream: unix://${engine().socket}`)
 
   const stale = path.join(dir, 'stale.sock')
   await staleSocket(stale)
@@ -318,7 +319,7 @@ t.test('unix socket: a stale socket is replaced, a live one or a regular file re
   t.teardown(() => new Promise((resolve) => other.close(resolve)))
   // A TCP listener opened before the failing one must be closed again.
   const port = await freePort()
-  await t.rejects(startGateway(listenOn(live, `  - { tcp: 127.0.0.1:${port}, anonymous: true }\n`), pino({ level: 'silent' })),
+  await t.rejects(startGateway(listenOn(live, `  - { tcp: 127.0.0.1:${port}, identity: { subject: tester, roles: [admin] } }\n`), pino({ level: 'silent' })),
     { message: `${live} is in use by a running process` }, 'a live socket: start-up fails with a clear error')
   t.ok(await connects(live), 'the live socket is left alone')
   t.notOk(await connects(port), 'the listener opened before the failure was closed')

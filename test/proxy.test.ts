@@ -126,7 +126,7 @@ t.test('on the wire: exact target, end-to-end headers only, fresh Content-Length
     'keep-alive': 'timeout=5',
     te: 'trailers',
     'proxy-authorization': 'Basic cHJveHk6c2VjcmV0',
-    authorization: `Bearer ${jwt.sign({ sub: 'proxy-test' }, secret, { expiresIn: 60 })}`,
+    authorization: `Bearer ${jwt.sign({ sub: 'proxy-test', roles: ['admin'] }, secret, { expiresIn: 60 })}`,
     'x-kept': 'client',
   })
   const wire = up.received()

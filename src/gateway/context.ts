@@ -6,6 +6,8 @@ import { randomUUID } from 'node:crypto'
 import { Transform, type TransformCallback } from 'node:stream'
 import type { Identity } from './authenticate'
 import type { Target } from './catalog/route'
+import type { Decision } from '../policy/engine'
+import type { AppliedRewrite } from '../policy/rewrite'
 import type { GatewayError } from './errors'
 
 export interface RequestContext {
@@ -18,7 +20,10 @@ export interface RequestContext {
   target?: Target
   /** Who is making the request, once authenticated. */
   identity?: Identity
-  /** For operations with an inspected JSON body: exactly the bytes forwarded. */
+  /** The policy's decision, and the rewrites applied before it. */
+  decision?: Decision
+  rewrites?: readonly AppliedRewrite[]
+  /** For operations with an inspected body: exactly the bytes evaluated and forwarded. */
   body?: Buffer
   /** `upgrade` (101 relayed) or `raw` (200 + raw stream) once a hijack is established. */
   hijack?: 'upgrade' | 'raw'

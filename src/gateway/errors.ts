@@ -19,6 +19,7 @@ export const errorCatalog = {
   // Identity and policy (used from the authentication issue on)
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
+  POLICY_FAILED: 500,
   // Upstream
   UPSTREAM_UNREACHABLE: 502,
   UPSTREAM_FAILED: 502,

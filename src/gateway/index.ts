@@ -8,13 +8,15 @@ import { acceptedCredentials, createAuthenticator, type Authenticator } from './
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { createUpstream, type Upstream } from './upstream'
+import { PolicyStore } from '../policy/store'
 
 export interface Gateway {
   readonly listeners: readonly Listening[]
   readonly log: Logger
   readonly inflight: Inflight
-  /** Apply what can change without a restart (log level, TLS certificates); the rest is reported. */
-  reload (next: Config): void
+  readonly policy: PolicyStore
+  /** Apply what can change without a restart (log level, TLS certificates, keys, the policy); the rest is reported. */
+  reload (next: Config): Promise<void>
   /** Stop accepting, close long streams and hijacked sessions, drain the rest. */
   close (): Promise<void>
 }
@@ -22,9 +24,11 @@ export interface Gateway {
 export async function startGateway (config: Config, log: Logger = pino({ level: config.log.level })): Promise<Gateway> {
   // Reads the key material; replaced on reload (new keys, claims, mappings).
   let authenticator: Authenticator = createAuthenticator(config.auth)
+  // A missing or invalid policy stops the start-up (PolicyError lists the problems).
+  const policy = await PolicyStore.open(config.policy.dir, log)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l) }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
@@ -33,7 +37,8 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     await upstream.close()
     throw err
   }
-  log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address) }, 'portcullis started')
+  policy.watch()
+  log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address), policyVersion: policy.current.version }, 'portcullis started')
   for (const l of config.listen) {
     if (acceptedCredentials(config.auth, l).length === 0) log.warn({ listener: l.name }, 'this listener accepts no credentials and refuses every request (401): configure auth.jwt, or give it a client CA, an identity or anonymous: true')
   }
@@ -43,7 +48,9 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     listeners,
     log,
     inflight,
-    reload (next: Config): void {
+    policy,
+    async reload (next: Config): Promise<void> {
+      await policy.reload()
       try {
         authenticator = createAuthenticator(next.auth)
       } catch (err) {
@@ -74,6 +81,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       for (const l of listeners) l.server.closeAllConnections()
       await closing
       await upstream.close()
+      policy.close()
       log.info('stopped')
     },
   }

@@ -1,8 +1,8 @@
 /**
  * The request lifecycle, and the only module that knows its order:
  *
- *   listen -> route (operation id) -> authenticate -> [authorize] -> read/inspect body
- *          -> forward | hijack -> log (and, as they land, audit + metrics)
+ *   listen -> route (operation id) -> authenticate -> read body -> decode, rewrite,
+ *          authorize (policy) -> forward | hijack -> log (and, as they land, audit + metrics)
  *
  * Two entry points feed the same stages: ordinary requests from the listener's
  * fastify instance, and requests Node hands over through its `upgrade` event.
@@ -12,11 +12,13 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import type { ListenerConfig } from '../config'
+import { authorize, denialMessage } from '../policy/authorize'
+import type { Policy } from '../policy/engine'
 import type { Identity } from './authenticate'
 import { hasBody, readCapped, readUpgradeBody } from './body'
 import { resolveTarget, type ApiWindow } from './catalog/route'
 import { elapsedMs, type RequestContext } from './context'
-import { GatewayError, renderError, toGatewayError } from './errors'
+import { GatewayError, isGatewayError, renderError, toGatewayError } from './errors'
 import { forward } from './forward'
 import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
@@ -30,6 +32,8 @@ export interface GatewayDeps {
   readonly inflight: Inflight
   /** Who is making the request; throws UNAUTHENTICATED. */
   readonly authenticate: (req: IncomingMessage, listener: ListenerConfig) => Identity
+  /** The policy in force now (swapped atomically on reload). */
+  readonly policy: () => Policy
 }
 
 /** What is in progress, so that shutdown can drain requests and close long streams. */
@@ -81,22 +85,30 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
 }
 
 /**
- * Exec start hijacks unless the body asks to detach. The engine's JSON decoder
- * matches field names case-insensitively, so does this; a body naming the field
- * twice is ambiguous and refused.
+ * Decode the body as the engine will, apply the policy's rewrites, evaluate, and keep
+ * exactly the bytes evaluated as the bytes to forward. A denial names the rule.
  */
-function detaches (body: Buffer | undefined): boolean {
-  if (!body?.length) return false
-  let parsed: unknown
+async function inspect (deps: GatewayDeps, ctx: RequestContext): Promise<unknown> {
+  const target = ctx.target!
+  const identity = ctx.identity!
+  let result
   try {
-    parsed = JSON.parse(body.toString('utf8'))
-  } catch {
-    throw new GatewayError('BODY_INVALID', 'exec start body is not valid JSON')
+    result = await authorize(deps.policy(), identity, target, ctx.body)
+  } catch (err) {
+    if (isGatewayError(err)) throw err
+    throw new GatewayError('POLICY_FAILED', `policy evaluation failed for ${target.operation.id}`, { cause: err })
   }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return false
-  const keys = Object.keys(parsed).filter((k) => k.toLowerCase() === 'detach')
-  if (keys.length > 1) throw new GatewayError('BODY_INVALID', 'exec start body names Detach more than once')
-  return keys.length === 1 && (parsed as Record<string, unknown>)[keys[0]] === true
+  const { evaluation, body } = result
+  ctx.decision = evaluation.decision
+  ctx.rewrites = evaluation.rewrites
+  if (evaluation.decision.decision === 'deny') throw new GatewayError('FORBIDDEN', denialMessage(identity, target, evaluation))
+  ctx.body = body
+  return evaluation.body
+}
+
+/** Exec start hijacks unless its (canonical) body asks to detach. */
+function detaches (body: unknown): boolean {
+  return body !== null && typeof body === 'object' && (body as { Detach?: unknown }).Detach === true
 }
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
@@ -109,6 +121,8 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     subject: ctx.identity?.subject,
     tenant: ctx.identity ? ctx.identity.tenant : undefined,
     auth: ctx.identity?.method,
+    decision: ctx.decision?.decision,
+    rule: ctx.decision?.rule?.rule,
     status: ctx.status,
     bytesIn: ctx.bytesIn,
     bytesOut: ctx.bytesOut,
@@ -135,7 +149,8 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
-    if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(ctx.body))) {
+    const body = await inspect(deps, ctx)
+    if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
     } else if (op.streams) {
       const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
@@ -169,6 +184,7 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
     const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
     ctx.body = body
+    await inspect(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
   } catch (err) {
     const e = fail(ctx, err)
