@@ -22,6 +22,7 @@ import type { Pool } from 'undici'
 import { engineInfo, startEngine, stopEngine, type EngineInfo } from '../test/engine/engine'
 import { API, call, download, execStart, load, percentile, pool, statInContainer, upload, type LoadRun, type Transfer } from './clients'
 import { cpuSeconds, readMemory, startGatewayProcess, watchMemory, type GatewayProcess, type MemoryWindow } from './gateway'
+import { renderPolicyBench, runPolicyBench, type PolicyBench } from './policy'
 
 const MiB = 1 << 20
 const GiB = 1 << 30
@@ -352,6 +353,7 @@ interface Report {
   requests: RequestResult[]
   streams: StreamResult[]
   memoryTarget: { limitBytes: number, worstCase: string, worstPeakBytes: number, pass: boolean }
+  policy: PolicyBench
   problems: string[]
   totalSeconds: number
 }
@@ -534,12 +536,13 @@ async function main (): Promise<number> {
     requests,
     streams,
     memoryTarget: { limitBytes: settings.rssLimitBytes, worstCase: worst.name, worstPeakBytes: worst.rssPeak, pass: streams.every((s) => s.rssPass) },
+    policy: await runPolicyBench(),
     problems,
     totalSeconds: (performance.now() - began) / 1000,
   }
   fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
   fs.writeFileSync(RESULTS, JSON.stringify(report, null, 2) + '\n')
-  process.stdout.write(render(report))
+  process.stdout.write(render(report) + '\n' + renderPolicyBench(report.policy))
   clearTimeout(watchdog)
   // A byte count that differs between the two sides makes the comparison meaningless.
   return problems.length ? 1 : 0

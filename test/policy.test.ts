@@ -4,7 +4,10 @@ import os from 'node:os'
 import path from 'node:path'
 import pino from 'pino'
 import t from 'tap'
-import { loadPolicy, PolicyError } from '../src/policy/engine'
+import { newEnforcer, newModel, StringAdapter, Util } from 'casbin'
+import { operations } from '../src/gateway/catalog/operations'
+import { loadPolicy, PolicyError, type Principal } from '../src/policy/engine'
+import { conditionFunctions } from '../src/policy/functions'
 import { PolicyStore } from '../src/policy/store'
 import { runFixtures } from '../src/policy/tool'
 
@@ -109,4 +112,41 @@ t.test('a missing policy directory is an error', async (t) => {
   const err = await loadPolicy(path.join(os.tmpdir(), 'no-such-policy-dir')).then(() => null, (e: unknown) => e)
   t.type(err, PolicyError)
   t.match((err as PolicyError).problems.join('\n'), /policy\.yaml: ENOENT/)
+})
+
+t.test("every decision matches Casbin's own enforcer on the same model and lines", async (t) => {
+  const policy = await loadPolicy(shipped)
+  const oracle = await newEnforcer(newModel(fs.readFileSync(path.join(shipped, 'model.conf'), 'utf8')), new StringAdapter(fs.readFileSync(path.join(shipped, 'base.csv'), 'utf8')))
+  await oracle.addNamedDomainMatchingFunc('g', Util.keyMatchFunc)
+  for (const [name, fn] of Object.entries(conditionFunctions)) await oracle.addFunction(name, fn)
+  const bodies: unknown[] = [undefined, { Image: 'x' }, { Image: 'x', HostConfig: { Privileged: true } }, { Image: 'x', HostConfig: { Binds: ['/etc:/e'], NetworkMode: 'host' } }, { Cmd: ['id'], User: 'root' }]
+  const people: Principal[] = [
+    { subject: 'root-op', tenant: null, roles: ['admin'] },
+    { subject: 'bob', tenant: 'team-a', roles: ['tenant'] },
+    { subject: 'runner', tenant: 'team-b', roles: ['ci'] },
+    { subject: 'auditor', tenant: null, roles: ['readonly'] },
+    { subject: 'anonymous', tenant: null, roles: ['anonymous'] },
+    { subject: 'nobody', tenant: 'team-a', roles: [] },
+  ]
+  let compared = 0
+  let mismatches = 0
+  for (const op of operations) {
+    for (const who of people) {
+      for (const body of op.body === 'json' ? bodies : [undefined]) {
+        const dom = who.tenant ?? ''
+        const evaluation = await policy.evaluate(who, { op: op.id, kind: op.kind, resource: '', query: new URLSearchParams(), body })
+        const subs = new Set([`user:${who.subject}`, ...who.roles])
+        for (const s of [...subs]) for (const r of await oracle.getImplicitRolesForUser(s, dom)) subs.add(r)
+        const [ok, rule] = await oracle.enforceEx([...subs], dom, op.id, op.kind, evaluation.input)
+        const d = evaluation.decision
+        const same = ok === (d.decision !== 'deny') && (ok || (rule[5] ?? null) === (d.rule?.rule ?? null))
+        compared++
+        if (!same) {
+          mismatches++
+          t.fail(`${op.id} as ${who.subject} with ${JSON.stringify(body)}: gateway ${d.decision}/${d.rule?.rule ?? '-'}, casbin ${String(ok)}/${rule[5] ?? '-'}`)
+        }
+      }
+    }
+  }
+  t.equal(mismatches, 0, `${compared} decisions compared with Casbin`)
 })
