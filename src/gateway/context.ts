@@ -34,6 +34,13 @@ export interface RequestContext {
   error?: GatewayError
   /** Why the request ended early, if it did: `client-closed`, `shutdown`, `upstream-error`. */
   aborted?: string
+  /**
+   * Set by the pipeline: called just before the last byte of an ordinary response is
+   * sent (the audit record is written before the answer completes). Throws to fail.
+   */
+  seal?: () => void
+  /** Set by the pipeline: called when a hijack is established, before the client hears of it. Throws to fail. */
+  established?: () => void
 }
 
 export function newContext (listener: string, remote: string, method: string, url: string): RequestContext {
@@ -44,12 +51,23 @@ export function elapsedMs (ctx: RequestContext): number {
   return Math.round((performance.now() - ctx.startedAt) * 1000) / 1000
 }
 
-/** A pass-through stream that adds the bytes it carries to a counter. */
-export function counter (add: (n: number) => void): Transform {
+/**
+ * A pass-through stream that adds the bytes it carries to a counter, and runs
+ * `beforeEnd` once all bytes have passed but before its end is passed on.
+ */
+export function counter (add: (n: number) => void, beforeEnd?: () => void): Transform {
   return new Transform({
     transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
       add(chunk.length)
       cb(null, chunk)
+    },
+    flush (cb: TransformCallback) {
+      try {
+        beforeEnd?.()
+        cb()
+      } catch (err) {
+        cb(err as Error)
+      }
     },
   })
 }

@@ -26,6 +26,7 @@ export const errorCatalog = {
   UPSTREAM_TIMEOUT: 504,
   // Gateway
   SHUTTING_DOWN: 503,
+  AUDIT_UNAVAILABLE: 503,
   INTERNAL: 500,
 } as const
 

@@ -82,7 +82,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   // not when Node's buffers fill up.
   if (target.operation.streams) res.flushHeaders()
   try {
-    await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }), res)
+    await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
   } catch (err) {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -115,6 +115,14 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       clientDuplex().off('close', onEarlyClose)
       ctx.upstreamMs = performance.now() - sent
       ctx.status = res.statusCode
+      try {
+        ctx.established?.()
+      } catch (err) {
+        // Nothing has reached the client yet: end the session before it starts.
+        engine.destroy()
+        settle(err)
+        return
+      }
       engine.setNoDelay(true)
       if (client.form === 'upgrade') {
         ctx.hijack = 'upgrade'
@@ -158,7 +166,9 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       ctx.upstreamMs = performance.now() - sent
       ctx.status = res.statusCode
       const headers = endToEnd(res.headersDistinct)
-      const body = res.pipe(counter((n) => { ctx.bytesOut += n }))
+      const body = res.pipe(counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()))
+      // A failed seal (the audit record could not be written) cuts the answer short.
+      body.once('error', () => { (client.form === 'upgrade' ? client.socket : client.res).destroy(); settle() })
       if (client.form === 'upgrade') {
         headers.connection = 'close'
         client.socket.write(serializeHead(`HTTP/1.1 ${res.statusCode} ${res.statusMessage}`, headers))
