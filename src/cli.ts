@@ -71,7 +71,12 @@ async function serve (args: string[]): Promise<number> {
   } catch (err) {
     return reportConfigError(err)
   }
-  const log = pino({ level: config.log.level, base: { service: 'portcullis' } })
+  // The operational log is buffered (one write per 4 KiB or 250 ms, not per line): it
+  // is not the audit trail, which has its own synchronous destination. Flushed on exit.
+  const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
+  const log = pino({ level: config.log.level, base: { service: 'portcullis' } }, destination)
+  setInterval(() => { destination.flush() }, 250).unref()
+  process.once('exit', () => { destination.flushSync() })
   const gateway = await startGateway(config, log).catch((err: Error) => {
     log.fatal({ err: { message: err.message } }, 'cannot start')
     return null

@@ -1,0 +1,296 @@
+/**
+ * Prometheus metrics, in a private prom-client Registry (never the global one, so
+ * several gateways in one process, as in the tests, do not share series).
+ *
+ * Every label value is bounded: operation ids come from the catalog, listener names
+ * from the configuration, tenants only when listed in `metrics.tenants`, rule ids from
+ * the policy files, and everything else from small fixed sets. Ids, paths, subjects,
+ * image names and the like never become labels. docs/metrics.md lists every series.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { operations } from '../gateway/catalog/operations'
+
+export const PREFIX = 'portcullis_'
+
+/** Histogram buckets in seconds: 0.5 ms to 60 s. */
+export const DURATION_BUCKETS: readonly number[] = Object.freeze([
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+])
+
+/** Label value for "not one of the configured values". */
+export const OTHER = 'other'
+/** Label value for "there is none" (no tenant, no operation, no decision, no status). */
+export const NONE = 'none'
+
+export const DECISIONS: readonly string[] = Object.freeze(['allow', 'deny', 'would_deny'])
+export const UPSTREAM_ERROR_KINDS = Object.freeze(['unreachable', 'failed', 'timeout'] as const)
+export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number]
+export const READINESS_CHECKS = Object.freeze(['engine', 'policy'] as const)
+
+const OPERATION_IDS: ReadonlySet<string> = new Set(operations.map((o) => o.id))
+
+export interface MetricsOptions {
+  /** Tenants that get their own label value (config `metrics.tenants`); all others are `other`. */
+  readonly tenants: readonly string[]
+  /** The configured listener names; any other name is `other`. */
+  readonly listeners: readonly string[]
+  /** The gateway's version (build_info). */
+  readonly version: string
+}
+
+/** One finished request, as the pipeline saw it. */
+export interface ObservedRequest {
+  /** Operation id from the catalog; null (or an id the catalog does not know) when refused before routing. */
+  readonly operation: string | null
+  readonly listener: string
+  /** The identity's tenant; null when there is none (anonymous, no tenant claim, refused before authentication). */
+  readonly tenant: string | null
+  /** `allow`, `deny` or `would_deny`; null when the policy was not consulted. */
+  readonly decision: string | null
+  /** HTTP status sent to the client (101 for a relayed upgrade); 0 when none was sent. */
+  readonly status: number
+  /** Whole request, as the gateway saw it. */
+  readonly durationMs: number
+  /** Until the engine answered, when the request was forwarded. */
+  readonly upstreamMs?: number
+  readonly bytesIn: number
+  readonly bytesOut: number
+  /** The rule that decided; for a denial, null means no rule matched (default deny). */
+  readonly rule?: string | null
+  /** Audit-mode rules that would have denied. */
+  readonly wouldDeny?: readonly string[]
+}
+
+/** `1xx`..`5xx`, or `none` when no valid status was sent. */
+export function statusClass (status: number): string {
+  return Number.isInteger(status) && status >= 100 && status <= 599 ? `${Math.floor(status / 100)}xx` : NONE
+}
+
+function amount (n: number | undefined): number {
+  return n !== undefined && Number.isFinite(n) && n > 0 ? n : 0
+}
+
+/** Call `f` once, however many times the returned function is called. */
+function once (f: () => void): () => void {
+  let done = false
+  return () => {
+    if (done) return
+    done = true
+    f()
+  }
+}
+
+export class Metrics {
+  /** Content-Type of the text `metrics()` returns. */
+  readonly contentType: string
+
+  private readonly registry = new Registry()
+  private readonly tenants: ReadonlySet<string>
+  private readonly listeners: ReadonlySet<string>
+  private policyVersion: string | null = null
+
+  private readonly requests: Counter<'operation' | 'tenant' | 'decision' | 'code'>
+  private readonly requestDuration: Histogram<'operation' | 'listener'>
+  private readonly upstreamDuration: Histogram<'operation'>
+  private readonly requestBytes: Counter<'operation'>
+  private readonly responseBytes: Counter<'operation'>
+  private readonly activeStreams: Gauge
+  private readonly activeSessions: Gauge<'listener'>
+  private readonly denials: Counter<'rule'>
+  private readonly wouldDenies: Counter<'rule'>
+  private readonly policyReloads: Counter<'result'>
+  private readonly policyInfo: Gauge<'version'>
+  private readonly lastReloadOk: Gauge
+  private readonly auditRecords: Counter
+  private readonly auditFailures: Counter
+  private readonly upstreamErrors: Counter<'kind'>
+  private readonly ready: Gauge<'check'>
+
+  constructor (opts: MetricsOptions) {
+    this.tenants = new Set(opts.tenants.filter((t) => t !== OTHER && t !== NONE))
+    this.listeners = new Set(opts.listeners.filter((l) => l !== OTHER))
+    const registers = [this.registry]
+    this.contentType = this.registry.contentType
+
+    this.requests = new Counter({
+      name: `${PREFIX}requests_total`,
+      help: 'Requests handled, by operation, tenant, policy decision and status class.',
+      labelNames: ['operation', 'tenant', 'decision', 'code'],
+      registers,
+    })
+    this.requestDuration = new Histogram({
+      name: `${PREFIX}request_duration_seconds`,
+      help: 'Time from accepting a request to its end, as the gateway saw it.',
+      labelNames: ['operation', 'listener'],
+      buckets: [...DURATION_BUCKETS],
+      registers,
+    })
+    this.upstreamDuration = new Histogram({
+      name: `${PREFIX}upstream_duration_seconds`,
+      help: 'Time from forwarding a request to the engine until the engine answered (response headers).',
+      labelNames: ['operation'],
+      buckets: [...DURATION_BUCKETS],
+      registers,
+    })
+    this.requestBytes = new Counter({
+      name: `${PREFIX}request_bytes_total`,
+      help: 'Request body bytes received from clients (for hijacked sessions, the bytes sent by the client).',
+      labelNames: ['operation'],
+      registers,
+    })
+    this.responseBytes = new Counter({
+      name: `${PREFIX}response_bytes_total`,
+      help: 'Response body bytes sent to clients (for hijacked sessions, the bytes sent to the client).',
+      labelNames: ['operation'],
+      registers,
+    })
+    this.activeStreams = new Gauge({
+      name: `${PREFIX}active_streams`,
+      help: 'Long-running streamed responses open now (logs -f, events, pulls, exports...).',
+      registers,
+    })
+    this.activeSessions = new Gauge({
+      name: `${PREFIX}active_hijacked_sessions`,
+      help: 'Hijacked connections (attach, exec, BuildKit sessions) open now.',
+      labelNames: ['listener'],
+      registers,
+    })
+    this.denials = new Counter({
+      name: `${PREFIX}denials_total`,
+      help: 'Requests denied by the policy, by rule id (none: no rule matched, default deny).',
+      labelNames: ['rule'],
+      registers,
+    })
+    this.wouldDenies = new Counter({
+      name: `${PREFIX}would_deny_total`,
+      help: 'Requests an audit-mode rule would have denied, by rule id.',
+      labelNames: ['rule'],
+      registers,
+    })
+    this.policyReloads = new Counter({
+      name: `${PREFIX}policy_reloads_total`,
+      help: 'Policy reload attempts, by result (ok, error).',
+      labelNames: ['result'],
+      registers,
+    })
+    this.policyInfo = new Gauge({
+      name: `${PREFIX}policy_info`,
+      help: 'The policy version in force (always 1).',
+      labelNames: ['version'],
+      registers,
+    })
+    this.lastReloadOk = new Gauge({
+      name: `${PREFIX}policy_last_reload_successful`,
+      help: 'Whether the last policy reload attempt succeeded (1) or failed and the previous policy stayed in force (0); 1 before any reload.',
+      registers,
+    })
+    this.lastReloadOk.set(1)
+    this.auditRecords = new Counter({ name: `${PREFIX}audit_records_total`, help: 'Audit records written.', registers })
+    this.auditFailures = new Counter({ name: `${PREFIX}audit_failures_total`, help: 'Audit records that could not be written.', registers })
+    this.upstreamErrors = new Counter({
+      name: `${PREFIX}upstream_errors_total`,
+      help: 'Failures talking to the engine, by kind (unreachable, failed, timeout).',
+      labelNames: ['kind'],
+      registers,
+    })
+    this.ready = new Gauge({
+      name: `${PREFIX}ready`,
+      help: 'Readiness checks as of the last scrape or /readyz (1 passing, 0 failing), by check (engine, policy).',
+      labelNames: ['check'],
+      registers,
+    })
+    const build = new Gauge({
+      name: `${PREFIX}build_info`,
+      help: 'The gateway version and the Node.js version running it (always 1).',
+      labelNames: ['version', 'node'],
+      registers,
+    })
+    build.set({ version: opts.version, node: process.version }, 1)
+    collectDefaultMetrics({ register: this.registry, prefix: PREFIX })
+
+    // Series of the small fixed sets exist from the start, at 0, so that rate() and
+    // increase() see their first increment.
+    for (const result of ['ok', 'error']) this.policyReloads.inc({ result }, 0)
+    for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.inc({ kind }, 0)
+    for (const listener of this.listeners) this.activeSessions.set({ listener }, 0)
+    this.auditRecords.inc(0)
+    this.auditFailures.inc(0)
+  }
+
+  /** The label value for an operation id: the id if the catalog knows it, else `none`. */
+  operationLabel (id: string | null | undefined): string {
+    return typeof id === 'string' && OPERATION_IDS.has(id) ? id : NONE
+  }
+
+  /** The label value for a tenant: listed in `metrics.tenants`, `other` if not, `none` if there is no tenant. */
+  tenantLabel (tenant: string | null | undefined): string {
+    if (tenant === null || tenant === undefined || tenant === '') return NONE
+    return this.tenants.has(tenant) ? tenant : OTHER
+  }
+
+  /** The label value for a listener: its configured name, or `other`. */
+  listenerLabel (name: string): string {
+    return this.listeners.has(name) ? name : OTHER
+  }
+
+  observeRequest (r: ObservedRequest): void {
+    const operation = this.operationLabel(r.operation)
+    const decision = r.decision !== null && DECISIONS.includes(r.decision) ? r.decision : NONE
+    this.requests.inc({ operation, tenant: this.tenantLabel(r.tenant), decision, code: statusClass(r.status) })
+    this.requestDuration.observe({ operation, listener: this.listenerLabel(r.listener) }, amount(r.durationMs) / 1000)
+    if (r.upstreamMs !== undefined && Number.isFinite(r.upstreamMs)) this.upstreamDuration.observe({ operation }, amount(r.upstreamMs) / 1000)
+    this.requestBytes.inc({ operation }, amount(r.bytesIn))
+    this.responseBytes.inc({ operation }, amount(r.bytesOut))
+    if (decision === 'deny') this.denials.inc({ rule: r.rule || NONE })
+    for (const rule of new Set(r.wouldDeny ?? [])) if (rule) this.wouldDenies.inc({ rule })
+  }
+
+  /** A long stream began; call the returned function (once; later calls do nothing) when it ends. */
+  streamOpened (): () => void {
+    this.activeStreams.inc()
+    return once(() => this.activeStreams.dec())
+  }
+
+  /** A hijacked session began on `listener`; call the returned function when it ends. */
+  sessionOpened (listener: string): () => void {
+    const labels = { listener: this.listenerLabel(listener) }
+    this.activeSessions.inc(labels)
+    return once(() => this.activeSessions.dec(labels))
+  }
+
+  /**
+   * After a reload attempt (PolicyStore.onReload): counts the attempt and makes
+   * `version` (the policy in force, the old one after a failed reload) the only
+   * policy_info series.
+   */
+  policyReloaded (ok: boolean, version: string): void {
+    this.policyReloads.inc({ result: ok ? 'ok' : 'error' })
+    this.lastReloadOk.set(ok ? 1 : 0)
+    this.setPolicyVersion(version)
+  }
+
+  /** Sets policy_info to `version` without counting a reload: call once at start-up. */
+  setPolicyVersion (version: string): void {
+    if (version === this.policyVersion) return
+    if (this.policyVersion !== null) this.policyInfo.remove({ version: this.policyVersion })
+    this.policyVersion = version
+    this.policyInfo.set({ version }, 1)
+  }
+
+  auditWritten (): void { this.auditRecords.inc() }
+  auditFailed (): void { this.auditFailures.inc() }
+
+  upstreamError (kind: UpstreamErrorKind): void {
+    this.upstreamErrors.inc({ kind: (UPSTREAM_ERROR_KINDS as readonly string[]).includes(kind) ? kind : 'failed' })
+  }
+
+  /** Records the outcome of a readiness check (portcullis_ready). */
+  setReadiness (r: { readonly engine: boolean, readonly policy: boolean }): void {
+    for (const check of READINESS_CHECKS) this.ready.set({ check }, r[check] ? 1 : 0)
+  }
+
+  /** Every series in the Prometheus text format (`contentType`). */
+  metrics (): Promise<string> {
+    return this.registry.metrics()
+  }
+}
