@@ -9,12 +9,17 @@ import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { createUpstream, type Upstream } from './upstream'
 import { PolicyStore } from '../policy/store'
+import { Metrics } from '../metrics'
+import { startMetricsServer, type MetricsServer } from '../metrics/server'
 
 export interface Gateway {
   readonly listeners: readonly Listening[]
   readonly log: Logger
   readonly inflight: Inflight
   readonly policy: PolicyStore
+  readonly metrics: Metrics
+  /** The metrics listener, when `metrics.listen` is set. */
+  readonly metricsServer: MetricsServer | null
   /** Apply what can change without a restart (log level, TLS certificates, keys, the policy); the rest is reported. */
   reload (next: Config): Promise<void>
   /** Stop accepting, close long streams and hijacked sessions, drain the rest. */
@@ -26,9 +31,12 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   let authenticator: Authenticator = createAuthenticator(config.auth)
   // A missing or invalid policy stops the start-up (PolicyError lists the problems).
   const policy = await PolicyStore.open(config.policy.dir, log)
+  const metrics = new Metrics({ tenants: config.metrics.tenants ?? [], listeners: config.listen.map((l) => l.name), version: packageVersion() })
+  metrics.setPolicyVersion(policy.current.version)
+  policy.onReload = (r) => { metrics.policyReloaded(r.ok, r.version) }
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
@@ -38,6 +46,9 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     throw err
   }
   policy.watch()
+  const metricsServer = config.metrics.listen
+    ? await startMetricsServer(config.metrics.listen, metrics, async () => ({ engine: await engineReachable(upstream), policy: true }), log)
+    : null
   log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address), policyVersion: policy.current.version }, 'portcullis started')
   for (const l of config.listen) {
     if (acceptedCredentials(config.auth, l).length === 0) log.warn({ listener: l.name }, 'this listener accepts no credentials and refuses every request (401): configure auth.jwt, or give it a client CA, an identity or anonymous: true')
@@ -49,6 +60,8 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     log,
     inflight,
     policy,
+    metrics,
+    metricsServer,
     async reload (next: Config): Promise<void> {
       await policy.reload()
       try {
@@ -81,8 +94,25 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       for (const l of listeners) l.server.closeAllConnections()
       await closing
       await upstream.close()
+      await metricsServer?.close()
       policy.close()
       log.info('stopped')
     },
+  }
+}
+
+function packageVersion (): string {
+  // dist/src/gateway/index.js -> package.json three levels up
+  return (require('../../../package.json') as { version: string }).version
+}
+
+/** Readiness: the engine answers `/_ping` within two seconds. */
+async function engineReachable (upstream: Upstream): Promise<boolean> {
+  try {
+    const res = await upstream.pool.request({ method: 'GET', path: '/_ping', signal: AbortSignal.timeout(2000) })
+    await res.body.dump()
+    return res.statusCode === 200
+  } catch {
+    return false
   }
 }

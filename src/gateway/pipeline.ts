@@ -14,6 +14,7 @@ import type { Logger } from 'pino'
 import type { ListenerConfig } from '../config'
 import { authorize, denialMessage } from '../policy/authorize'
 import type { Policy } from '../policy/engine'
+import type { Metrics } from '../metrics'
 import type { Identity } from './authenticate'
 import { hasBody, readCapped, readUpgradeBody } from './body'
 import { resolveTarget, type ApiWindow } from './catalog/route'
@@ -34,6 +35,7 @@ export interface GatewayDeps {
   readonly authenticate: (req: IncomingMessage, listener: ListenerConfig) => Identity
   /** The policy in force now (swapped atomically on reload). */
   readonly policy: () => Policy
+  readonly metrics: Metrics
 }
 
 /** What is in progress, so that shutdown can drain requests and close long streams. */
@@ -134,6 +136,34 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
   }
   if (ctx.error && ctx.error.status >= 500) deps.log.error(line, 'request failed')
   else deps.log.info(line, 'request')
+  deps.metrics.observeRequest({
+    operation: op,
+    listener: ctx.listener,
+    tenant: ctx.identity?.tenant ?? null,
+    decision: ctx.decision?.decision ?? null,
+    status: ctx.status ?? 0,
+    durationMs: line.ms,
+    upstreamMs: ctx.upstreamMs,
+    bytesIn: ctx.bytesIn,
+    bytesOut: ctx.bytesOut,
+    rule: ctx.decision?.decision === 'deny' ? ctx.decision.rule?.rule ?? null : null,
+    wouldDeny: ctx.decision?.wouldDeny.map((r) => r.rule),
+  })
+  const kind = ctx.error && UPSTREAM_ERRORS[ctx.error.code]
+  if (kind) deps.metrics.upstreamError(kind)
+}
+
+const UPSTREAM_ERRORS: Partial<Record<string, 'unreachable' | 'failed' | 'timeout'>> = {
+  UPSTREAM_UNREACHABLE: 'unreachable',
+  UPSTREAM_FAILED: 'failed',
+  UPSTREAM_TIMEOUT: 'timeout',
+}
+
+/** Hijacked sessions count as active from the moment they are established until they end. */
+function sessionHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
+  let close: (() => void) | null = null
+  ctx.established = () => { close = deps.metrics.sessionOpened(ctx.listener) }
+  return () => { close?.() }
 }
 
 function fail (ctx: RequestContext, err: unknown): GatewayError {
@@ -151,10 +181,12 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
     const body = await inspect(deps, ctx)
     if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
-      await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
+      const ended = sessionHooks(deps, ctx)
+      try { await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c)) } finally { ended() }
     } else if (op.streams) {
       const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
-      try { await forward(ctx, req, res, deps.upstream) } finally { untrack() }
+      const closed = deps.metrics.streamOpened()
+      try { await forward(ctx, req, res, deps.upstream) } finally { untrack(); closed() }
     } else {
       await forward(ctx, req, res, deps.upstream)
     }
@@ -185,7 +217,8 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
     ctx.body = body
     await inspect(deps, ctx)
-    await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
+    const ended = sessionHooks(deps, ctx)
+    try { await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c)) } finally { ended() }
   } catch (err) {
     const e = fail(ctx, err)
     writeSocketError(socket, e)
