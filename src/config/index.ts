@@ -10,11 +10,14 @@ import { dirname, resolve } from 'node:path';
 import { isScalar, parseDocument, type Document } from 'yaml';
 import { formatHostPort } from './addresses';
 import { errorCode } from './files';
-import { validate } from './validate';
+import { AUDIT_DEFAULTS, validate } from './validate';
 import type { Config, JsonObject, ListenerConfig, TlsFiles, UpstreamConfig } from './types';
 
 export type {
+  AuditConfig,
+  AuditFailurePolicy,
   AuditLevel,
+  AuditTransportConfig,
   AuthConfig,
   Config,
   FixedIdentity,
@@ -34,6 +37,7 @@ export type {
   UpstreamConfig,
 } from './types';
 export { formatHostPort, parseHostPort, type HostPort } from './addresses';
+export { AUDIT_DEFAULTS, AUDIT_FAILURE_POLICIES } from './validate';
 export { API_MINOR_MAX, API_MINOR_MIN, AUDIT_LEVELS, HMAC_ALGORITHMS, JWT_ALGORITHMS, LOG_LEVELS, X509_SUBJECT_ATTRIBUTES, defaultMtlsMapping } from './validate';
 
 /** Thrown when a configuration is invalid; `problems` lists every problem found, each prefixed by its key path. */
@@ -165,6 +169,25 @@ function upstreamSummary(u: UpstreamConfig): JsonObject {
   return out;
 }
 
+/** The audit section with every default filled in; transport options show their keys only (they may hold credentials). */
+function auditSummary(a: Config['audit']): JsonObject {
+  const out: JsonObject = { level: a.level, stdout: a.stdout === true };
+  if (a.file !== undefined) out['file'] = a.file;
+  if (a.transport !== undefined) {
+    out['transport'] = { target: a.transport.target, options: Object.keys(a.transport.options ?? {}).map((k) => `${k}: <set>`) };
+  }
+  const rotate: JsonObject = {};
+  const maxBytes = a.rotate?.maxBytes ?? AUDIT_DEFAULTS.rotate.maxBytes;
+  const maxAge = a.rotate?.maxAgeSeconds ?? AUDIT_DEFAULTS.rotate.maxAgeSeconds;
+  if (maxBytes !== undefined) rotate['maxBytes'] = maxBytes;
+  if (maxAge !== undefined) rotate['maxAgeSeconds'] = maxAge;
+  out['rotate'] = rotate;
+  out['fsync'] = a.fsync ?? AUDIT_DEFAULTS.fsync;
+  out['onFailure'] = a.onFailure ?? AUDIT_DEFAULTS.onFailure;
+  out['redactEnv'] = a.redactEnv ?? AUDIT_DEFAULTS.redactEnv;
+  return out;
+}
+
 /**
  * A JSON-safe summary of a Config for start-up logging: no key material, and
  * the JWT secret replaced by "<redacted>".
@@ -201,11 +224,10 @@ export function describeConfig(c: Config): JsonObject {
   }
   out['auth'] = auth;
   out['policy'] = { dir: c.policy.dir };
-  const audit: JsonObject = { level: c.audit.level, stdout: c.audit.stdout === true };
-  if (c.audit.file !== undefined) audit['file'] = c.audit.file;
-  out['audit'] = audit;
+  out['audit'] = auditSummary(c.audit);
   const metrics: JsonObject = {};
   if (c.metrics.listen !== undefined) metrics['listen'] = formatHostPort(c.metrics.listen);
+  if (c.metrics.tenants !== undefined) metrics['tenants'] = [...c.metrics.tenants];
   out['metrics'] = metrics;
   out['log'] = { level: c.log.level };
   out['shutdown'] = { graceSeconds: c.shutdown.graceSeconds };

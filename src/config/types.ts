@@ -7,6 +7,36 @@
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 export type AuditLevel = 'metadata' | 'request';
+export type AuditFailurePolicy = 'closed' | 'open';
+
+/**
+ * `audit`: the compliance audit trail (src/audit, docs/audit.md). Keys left out of the
+ * file stay absent here; src/audit applies AUDIT_DEFAULTS (fsync false, onFailure
+ * closed, redactEnv true, no rotation).
+ */
+export interface AuditConfig {
+  /** Absolute path of the hash-chained JSON-lines file; absent when `file: null`. */
+  file?: string;
+  /** Also write every record, synchronously, to standard output. */
+  stdout?: boolean;
+  level: AuditLevel;
+  /** An extra, asynchronous pino transport (syslog, collectors): not part of the durable record. */
+  transport?: AuditTransportConfig;
+  /** Rotate the file when it would exceed maxBytes, or when it is older than maxAgeSeconds. */
+  rotate?: { maxBytes?: number; maxAgeSeconds?: number };
+  /** fsync the file after every record. */
+  fsync?: boolean;
+  /** `closed` (default): a record that cannot be written fails the request. `open`: it is dropped and counted. */
+  onFailure?: AuditFailurePolicy;
+  /** Replace environment variable values in recorded bodies by "[REDACTED]"; default true. */
+  redactEnv?: boolean;
+}
+
+export interface AuditTransportConfig {
+  /** A module name or absolute path, as pino.transport() takes it. */
+  target: string;
+  options?: { [key: string]: unknown };
+}
 
 /** TLS file locations; absolute paths after loading. */
 export interface TlsFiles {
@@ -127,8 +157,9 @@ export interface Config {
   limits: { jsonBodyBytes: number };
   auth: AuthConfig;
   policy: { dir: string };
-  audit: { file?: string; stdout?: boolean; level: AuditLevel };
-  metrics: { listen?: { host: string; port: number } };
+  audit: AuditConfig;
+  /** `tenants`: the tenants that get their own `tenant` label value; every other tenant is counted as `other`. */
+  metrics: { listen?: { host: string; port: number }; tenants?: string[] };
   log: { level: LogLevel };
   shutdown: { graceSeconds: number };
 }

@@ -36,7 +36,10 @@ import {
   type JwksKey,
 } from './jwt-keys';
 import type {
+  AuditConfig,
+  AuditFailurePolicy,
   AuditLevel,
+  AuditTransportConfig,
   Config,
   AuthConfig,
   FixedIdentity,
@@ -820,9 +823,74 @@ function auth(ctx: Ctx, root: Mapping): AuthConfig {
   return out;
 }
 
+// ---------------------------------------------------------------------------
+// Audit
+
+export const AUDIT_FAILURE_POLICIES: readonly AuditFailurePolicy[] = ['closed', 'open'];
+
+/**
+ * Defaults for the audit keys a config leaves out. They are applied by src/audit (and
+ * shown by describeConfig), not written into Config, so `audit:` stays as written.
+ * No rotation unless configured.
+ */
+export const AUDIT_DEFAULTS = Object.freeze({
+  fsync: false,
+  onFailure: 'closed' as AuditFailurePolicy,
+  redactEnv: true,
+  rotate: Object.freeze({ maxBytes: undefined as number | undefined, maxAgeSeconds: undefined as number | undefined }),
+});
+
+const AUDIT_KEYS = ['file', 'stdout', 'level', 'transport', 'rotate', 'fsync', 'onFailure', 'redactEnv'];
+/** Smallest rotation size: a file must hold its chain.head, a record and its chain.end. */
+const AUDIT_MIN_ROTATE_BYTES = 4096;
+
+/** `audit.transport: { target, options }`, handed to pino.transport(). */
+function auditTransport(ctx: Ctx, at: At, v: unknown): AuditTransportConfig | undefined {
+  const m = mapping(ctx, at, v, ['target', 'options']);
+  if (m === undefined) return undefined;
+  const targetV = own(m, 'target');
+  if (targetV === undefined) {
+    ctx.problem(at.k('target'), 'required: a pino transport module name (e.g. pino-syslog) or a path to one');
+    return undefined;
+  }
+  let target = str(ctx, at.k('target'), targetV);
+  // A relative path (./x.js, ../x.js) is resolved like every other path; a bare name is a module.
+  if (target !== undefined && /^\.\.?[\\/]/.test(target)) target = ctx.path(target);
+  const optionsV = own(m, 'options');
+  let options: { [key: string]: unknown } | undefined;
+  if (optionsV !== undefined && optionsV !== null) {
+    if (isMapping(optionsV)) options = optionsV;
+    else ctx.problem(at.k('options'), `expected a mapping (passed to the transport as its options), got ${shown(optionsV)}`);
+  }
+  if (target === undefined || (optionsV !== undefined && optionsV !== null && options === undefined)) return undefined;
+  return options === undefined ? { target } : { target, options };
+}
+
+function auditRotate(ctx: Ctx, at: At, v: unknown): AuditConfig['rotate'] {
+  const m = mapping(ctx, at, v, ['maxBytes', 'maxAgeSeconds']);
+  if (m === undefined) return undefined;
+  const out: NonNullable<AuditConfig['rotate']> = {};
+  const bytesV = own(m, 'maxBytes');
+  if (bytesV !== undefined) {
+    const n = num(ctx, at.k('maxBytes'), bytesV, { integer: true, min: AUDIT_MIN_ROTATE_BYTES });
+    if (n !== undefined) out.maxBytes = n;
+  }
+  const ageV = own(m, 'maxAgeSeconds');
+  if (ageV !== undefined) {
+    const n = num(ctx, at.k('maxAgeSeconds'), ageV, { integer: true, min: 1 });
+    if (n !== undefined) out.maxAgeSeconds = n;
+  }
+  return out;
+}
+
+/**
+ * `audit`: file (default ./audit.jsonl; null turns it off), stdout, level, transport,
+ * rotate.{maxBytes, maxAgeSeconds}, fsync, onFailure, redactEnv. Keys left out stay
+ * absent (see AUDIT_DEFAULTS).
+ */
 function audit(ctx: Ctx, root: Mapping): Config['audit'] {
   const at = new At(['audit']);
-  const m = section(ctx, root, 'audit', ['file', 'stdout', 'level']);
+  const m = section(ctx, root, 'audit', AUDIT_KEYS);
   const out: Config['audit'] = { level: DEFAULTS.auditLevel, stdout: false };
   const fileV = own(m, 'file');
   if (fileV === undefined) out.file = ctx.path(DEFAULTS.auditFile);
@@ -835,6 +903,28 @@ function audit(ctx: Ctx, root: Mapping): Config['audit'] {
   if (stdout !== undefined) out.stdout = stdout;
   const levelV = own(m, 'level');
   if (levelV !== undefined) out.level = oneOf(ctx, at.k('level'), levelV, AUDIT_LEVELS) ?? DEFAULTS.auditLevel;
+  const transportV = own(m, 'transport');
+  if (transportV !== undefined && transportV !== null) {
+    const tr = auditTransport(ctx, at.k('transport'), transportV);
+    if (tr !== undefined) out.transport = tr;
+  }
+  const rotateV = own(m, 'rotate');
+  if (rotateV !== undefined && rotateV !== null) {
+    const r = auditRotate(ctx, at.k('rotate'), rotateV);
+    if (r !== undefined) out.rotate = r;
+  }
+  const fsync = optBool(ctx, m, at, 'fsync');
+  if (fsync !== undefined) out.fsync = fsync;
+  const onFailureV = own(m, 'onFailure');
+  if (onFailureV !== undefined) {
+    const f = oneOf(ctx, at.k('onFailure'), onFailureV, AUDIT_FAILURE_POLICIES);
+    if (f !== undefined) out.onFailure = f;
+  }
+  const redactEnv = optBool(ctx, m, at, 'redactEnv');
+  if (redactEnv !== undefined) out.redactEnv = redactEnv;
+  if (fileV === null && out.stdout !== true && out.transport !== undefined) {
+    ctx.problem(at.k('transport'), 'is asynchronous and not a durable record on its own; with file: null set stdout: true as well');
+  }
   return out;
 }
 
@@ -863,11 +953,15 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
 
   const auditCfg = audit(ctx, value);
 
-  const metricsM = section(ctx, value, 'metrics', ['listen']);
+  const metricsM = section(ctx, value, 'metrics', ['listen', 'tenants']);
   const metrics: Config['metrics'] = {};
   if (own(metricsM, 'listen') !== undefined) {
     const addr = hostPort(ctx, new At(['metrics', 'listen']), own(metricsM, 'listen'));
     if (addr !== undefined) metrics.listen = addr;
+  }
+  if (own(metricsM, 'tenants') !== undefined) {
+    const tenants = metricsTenants(ctx, new At(['metrics', 'tenants']), own(metricsM, 'tenants'));
+    if (tenants !== undefined) metrics.tenants = tenants;
   }
 
   const logM = section(ctx, value, 'log', ['level']);
@@ -907,4 +1001,42 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
     shutdown: { graceSeconds },
   };
   return { config, problems: ctx.problems };
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+
+/** At most this many tenants get their own metrics label value (each multiplies the series). */
+export const MAX_METRICS_TENANTS = 100;
+/** Label values the metrics use for unlisted tenants and for requests without a tenant. */
+const RESERVED_TENANT_LABELS = ['other', 'none'];
+
+/**
+ * `metrics.tenants`: tenant names that get their own `tenant` label value; all other
+ * tenants are counted as `other`, requests without a tenant as `none`. Bounded so the
+ * number of series stays bounded.
+ */
+function metricsTenants(ctx: Ctx, at: At, v: unknown): string[] | undefined {
+  const names = stringList(ctx, at, v, { nonEmpty: false });
+  if (names === undefined) return undefined;
+  let ok = true;
+  if (names.length > MAX_METRICS_TENANTS) {
+    ctx.problem(at, `at most ${MAX_METRICS_TENANTS} tenants, got ${names.length}`);
+    ok = false;
+  }
+  const seen = new Set<string>();
+  names.forEach((name, i) => {
+    if (RESERVED_TENANT_LABELS.includes(name)) {
+      ctx.problem(at.i(i), `${shown(name)} is reserved (the label value for ${name === 'other' ? 'unlisted tenants' : 'requests without a tenant'})`);
+      ok = false;
+    } else if (name.length > 128 || /[\u0000-\u001f\u007f]/.test(name)) {
+      ctx.problem(at.i(i), `a tenant name must be at most 128 characters without control characters, got ${shown(name)}`);
+      ok = false;
+    } else if (seen.has(name)) {
+      ctx.problem(at.i(i), `${shown(name)} is listed more than once`);
+      ok = false;
+    }
+    seen.add(name);
+  });
+  return ok ? names : undefined;
 }
