@@ -7,6 +7,7 @@
  *
  * `buildInput` is the one place that knows the shape of the policy input.
  */
+import fs from 'node:fs'
 import path from 'node:path'
 
 export interface Namespaces {
@@ -21,8 +22,14 @@ export interface Namespaces {
 export interface Facts {
   /** HostConfig.Privileged (container), Privileged (exec). */
   privileged: boolean
-  /** Normalized absolute host paths a container or volume would bind: Binds, bind Mounts, local-driver volumes with `o=bind`. */
+  /**
+   * Absolute host paths a container or volume would bind (Binds, bind Mounts, local
+   * volumes with `o=bind`), normalized and, where they exist on this host, with
+   * symlinks resolved as the kernel will follow them.
+   */
   hostPaths: string[]
+  /** A local-driver volume (created, or declared in a mount) whose options mount something from the host: a bind, a block device, an overlay of host directories. */
+  hostVolume: boolean
   /** Capabilities added, upper case without the CAP_ prefix (`ALL` stays `ALL`). */
   capAdd: string[]
   capDrop: string[]
@@ -84,10 +91,28 @@ function strings (v: unknown): string[] {
   return arr(v).filter((x): x is string => typeof x === 'string')
 }
 
-/** Normalize a host path the way the kernel will walk it (no symlinks: the gateway cannot see the engine's host). */
+/**
+ * Normalize a host path the way the kernel will walk it. Symlinks are resolved where
+ * the path (or its longest existing ancestor) exists on this host: a tenant may place
+ * a link to `/` inside its own directory. This sees the engine's host only when the
+ * gateway runs on it (the usual deployment, next to the socket); a link swapped
+ * between this check and the engine's mount is not caught (see README).
+ */
 export function normalizeHostPath (p: string): string {
   const n = path.posix.normalize(p)
-  return n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n
+  const clean = n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n
+  const rest: string[] = []
+  let base = clean
+  for (;;) {
+    try {
+      const real = fs.realpathSync.native(base)
+      return rest.length ? path.posix.join(real, ...rest.reverse()) : real
+    } catch {
+      if (base === '/') return clean
+      rest.push(path.posix.basename(base))
+      base = path.posix.dirname(base)
+    }
+  }
 }
 
 /** `src:dst[:opts]`: the source is a host path when absolute, a volume name otherwise. */
@@ -101,40 +126,51 @@ function capability (c: string): string {
   return u.startsWith('CAP_') ? u.slice(4) : u
 }
 
-/** `seccomp:unconfined` (pre-1.12 syntax) and `seccomp=unconfined` are the same option to the engine. */
+/**
+ * One spelling per option, as the engine parses them: `seccomp:unconfined` (pre-1.12
+ * syntax) is `seccomp=unconfined`, bare `no-new-privileges` is `=true`, and bare
+ * `disable` is the legacy form of `label=disable`.
+ */
 function securityOption (o: string): string {
   const i = o.search(/[=:]/)
-  if (i < 0) return o === 'no-new-privileges' ? 'no-new-privileges=true' : o
+  if (i < 0) return o === 'no-new-privileges' ? 'no-new-privileges=true' : o === 'disable' ? 'label=disable' : o
   return `${o.slice(0, i)}=${o.slice(i + 1)}`
 }
 
-/** A local-driver volume whose options make it a bind of a host directory. */
-function localBindDevice (driver: string, opts: Json): string | null {
-  if (driver !== '' && driver !== 'local') return null
+/**
+ * What a local-driver volume's options take from the host. The local driver passes
+ * `type`, `o` and `device` to mount(2): only a tmpfs takes nothing; `o=bind` binds a
+ * host directory, `type=ext4 device=/dev/...` a host disk, `type=overlay o=lowerdir=...`
+ * host directories. Other drivers are plugins the policy allows or not by name.
+ */
+function localVolume (driver: string, opts: Json): { hostAccess: boolean, bindPath: string | null } {
+  if (driver !== '' && driver !== 'local') return { hostAccess: false, bindPath: null }
+  const type = str(opts.type)
   const o = str(opts.o).split(',').map((s) => s.trim())
   const device = str(opts.device)
-  if (!device.startsWith('/')) return null
-  return o.includes('bind') || o.includes('rbind') || str(opts.type) === 'none' ? normalizeHostPath(device) : null
+  const bind = o.includes('bind') || o.includes('rbind') || type === 'none'
+  const hostAccess = Object.keys(opts).length > 0 && !(type === 'tmpfs' && !bind && !device.startsWith('/'))
+  return { hostAccess, bindPath: bind && device.startsWith('/') ? normalizeHostPath(device) : null }
 }
 
-function mountHostPaths (mounts: unknown): string[] {
-  const out: string[] = []
+function mountFacts (f: Facts, mounts: unknown): void {
   for (const m of arr(mounts).map(obj)) {
     const type = str(m.Type)
-    if (type === 'bind' && str(m.Source).startsWith('/')) out.push(normalizeHostPath(str(m.Source)))
+    if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(normalizeHostPath(str(m.Source)))
     if (type === 'volume') {
       const driver = obj(obj(m.VolumeOptions).DriverConfig)
-      const dev = localBindDevice(str(driver.Name), obj(driver.Options))
-      if (dev) out.push(dev)
+      const v = localVolume(str(driver.Name), obj(driver.Options))
+      if (v.bindPath) f.hostPaths.push(v.bindPath)
+      if (v.hostAccess) f.hostVolume = true
     }
   }
-  return out
 }
 
 function emptyFacts (): Facts {
   return {
     privileged: false,
     hostPaths: [],
+    hostVolume: false,
     capAdd: [],
     capDrop: [],
     devices: [],
@@ -161,7 +197,8 @@ function emptyFacts (): Facts {
 /** HostConfig, or the Resources part of it that ContainerUpdate carries at the top level. */
 function hostConfigFacts (f: Facts, hc: Json): void {
   f.privileged = hc.Privileged === true
-  f.hostPaths.push(...strings(hc.Binds).map(bindSource).filter((p): p is string => p !== null), ...mountHostPaths(hc.Mounts))
+  f.hostPaths.push(...strings(hc.Binds).map(bindSource).filter((p): p is string => p !== null))
+  mountFacts(f, hc.Mounts)
   f.capAdd = strings(hc.CapAdd).map(capability)
   f.capDrop = strings(hc.CapDrop).map(capability)
   f.devices = arr(hc.Devices).map((d) => str(obj(d).PathOnHost))
@@ -176,6 +213,9 @@ function hostConfigFacts (f: Facts, hc: Json): void {
     cgroupns: str(hc.CgroupnsMode),
   }
   f.securityOpt = strings(hc.SecurityOpt).map(securityOption)
+  // Explicit lists replace the engine's masking of /proc and /sys: what the CLI sends
+  // for `--security-opt systempaths=unconfined` is `"MaskedPaths": []`.
+  if (Array.isArray(hc.MaskedPaths) || Array.isArray(hc.ReadonlyPaths)) f.securityOpt.push('systempaths=custom')
   f.sysctls = Object.keys(obj(hc.Sysctls))
   f.runtime = str(hc.Runtime)
   f.cgroupParent = str(hc.CgroupParent)
@@ -191,7 +231,7 @@ function serviceFacts (f: Facts, spec: Json): void {
   const task = obj(spec.TaskTemplate)
   const cs = obj(task.ContainerSpec)
   const priv = obj(cs.Privileges)
-  f.hostPaths.push(...mountHostPaths(cs.Mounts))
+  mountFacts(f, cs.Mounts)
   f.capAdd = strings(cs.CapabilityAdd).map(capability)
   f.capDrop = strings(cs.CapabilityDrop).map(capability)
   f.sysctls = Object.keys(obj(cs.Sysctls))
@@ -242,8 +282,9 @@ export function buildInput (op: string, kind: string, resource: string, query: U
       serviceFacts(f, b)
       break
     case 'VolumeCreate': {
-      const dev = localBindDevice(str(b.Driver), obj(b.DriverOpts))
-      if (dev) f.hostPaths.push(dev)
+      const v = localVolume(str(b.Driver), obj(b.DriverOpts))
+      if (v.bindPath) f.hostPaths.push(v.bindPath)
+      f.hostVolume = v.hostAccess
       break
     }
     case 'NetworkCreate':

@@ -39,8 +39,12 @@ export const conditionFunctions = {
   anyStartsWith: (v: unknown, prefix: unknown): boolean => values(v).some((x) => x.startsWith(String(prefix))),
   startsWith: (s: unknown, prefix: unknown): boolean => String(s ?? '').startsWith(String(prefix)),
   count: (v: unknown): number => Array.isArray(v) ? v.length : 0,
-  /** A user spec naming root: `root`, `0`, `root:x`, `0:x`. The empty user is the image's default and is not root by this test. */
-  isRoot: (user: unknown): boolean => /^(root|0)(:.*)?$/.test(String(user ?? '')),
+  /**
+   * A user spec whose user or group is root: `root`, `0`, `00`, `+0`, `1000:0`,
+   * `x:root` (the engine reads numbers with strconv.Atoi, which takes signs and
+   * leading zeros). The empty user is the image's default and is not root by this test.
+   */
+  isRoot: (user: unknown): boolean => String(user ?? '').split(':').slice(0, 2).some((part) => part === 'root' || (/^[+-]?\d+$/.test(part) && Number(part) === 0)),
   /** Some namespace mode is `host` or joins another container (`container:<id>`). */
   sharedNamespace: (ns: unknown, which: unknown): boolean => {
     const modes = ns !== null && typeof ns === 'object' ? ns as Record<string, unknown> : {}

@@ -8,7 +8,7 @@
  *     roles: [tenant]              # principals it applies to ("*" = everyone)
  *     except: [admin]              # optional
  *     set:     { /Labels/io.portcullis.tenant: "{tenant}" }   # always, replacing
- *     default: { /HostConfig/PidsLimit: 512 }                 # only when absent or null
+ *     default: { /HostConfig/PidsLimit: 512 }                 # only when absent, null or zero
  *     append:  { /HostConfig/SecurityOpt: no-new-privileges }  # add to a list unless present
  *
  * Paths are JSON Pointers (RFC 6901) into the canonical body; `{subject}` and
@@ -17,6 +17,7 @@
 import fs from 'node:fs'
 import { parse as parseYaml } from 'yaml'
 import { operations } from '../gateway/catalog/operations'
+import { isJsonNumber } from './body/number'
 
 export interface PatchOp { readonly op: 'add' | 'replace', readonly path: string, readonly value: unknown }
 export interface AppliedRewrite { readonly id: string, readonly patch: readonly PatchOp[] }
@@ -91,6 +92,13 @@ function fill (v: unknown, who: { subject: string, tenant: string | null }): unk
 type Obj = Record<string, unknown>
 const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v)
 
+function isZero (v: unknown): boolean {
+  if (v === undefined || v === null || v === '' || v === false || v === 0) return true
+  if (isJsonNumber(v)) return Number(v) === 0
+  if (Array.isArray(v)) return v.length === 0
+  return typeof v === 'object' && Object.keys(v).length === 0
+}
+
 /** Apply one step to `root` copy-on-write along the path; returns the new root and the patch, or null if nothing changed. */
 function applyStep (root: unknown, step: Step, value: unknown): { root: unknown, patch: PatchOp } | null {
   const base: Obj = isObj(root) ? { ...root } : {}
@@ -103,7 +111,9 @@ function applyStep (root: unknown, step: Step, value: unknown): { root: unknown,
   }
   const key = step.tokens[step.tokens.length - 1]
   const current = parent[key]
-  const present = current !== undefined && current !== null
+  // Go cannot tell an absent field from its zero value: `"Memory": 0` and `"User": ""`
+  // (what the docker CLI sends when nothing was asked) mean "not set" to the engine.
+  const present = !isZero(current)
   switch (step.action) {
     case 'default':
       if (present) return null
