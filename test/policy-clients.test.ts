@@ -1,0 +1,157 @@
+/**
+ * The shipped policy as the real docker CLIs (28, and Debian's 20.10) meet it, one bearer
+ * token per role in config.json `HttpHeaders`: an admin may run privileged containers, a
+ * tenant is refused with the gateway's message naming the rule (and works in its own
+ * container: exec runs as 65534 by default, docker cp copies in), a read-only auditor may
+ * look but not read or change, and a CI runner's push is forwarded (and fails at the
+ * registry, there is none) where a tenant's is refused.
+ *
+ * The objects the auditor looks at are made directly on the engine, as an admin would;
+ * everything has a unique name and is removed at teardown (other files share the engine).
+ */
+import { randomBytes } from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import jwt from 'jsonwebtoken'
+import t from 'tap'
+import { CLI20, CLI28, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+
+const SECRET = randomBytes(32).toString('hex')
+const IMAGE = engine().image
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcpc-'))
+
+const IDENTITIES = {
+  admin: { sub: 'root-op', roles: ['admin'] },
+  tenant: { sub: 'trudy', tenant: 'team-a', roles: ['tenant'] },
+  readonly: { sub: 'auditor', roles: ['readonly'] },
+  ci: { sub: 'runner-7', tenant: 'team-a', roles: ['ci'] },
+} as const
+type Role = keyof typeof IDENTITIES
+
+/** A DOCKER_CONFIG directory per role, its config.json sending that role's token. */
+const CONFIGS = Object.fromEntries(Object.entries(IDENTITIES).map(([role, claims]) => {
+  const dir = path.join(tmp, role)
+  fs.mkdirSync(dir)
+  const token = jwt.sign({ ...claims, exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ HttpHeaders: { Authorization: `Bearer ${token}` } }))
+  return [role, dir]
+})) as Record<Role, string>
+
+let gw: TestGateway
+const as = async (role: Role, cli: string, args: readonly string[]): Promise<RunResult> =>
+  await run(cli, args, { host: gw.dockerHost, env: { DOCKER_CONFIG: CONFIGS[role] }, timeoutMs: 60_000 })
+const direct = async (args: readonly string[]): Promise<RunResult> => await run(CLI28, args, { host: engine().dockerHost })
+async function inspect (name: string): Promise<Record<string, any> | null> {
+  const r = await direct(['inspect', '--format', '{{json .}}', name])
+  return r.code === 0 ? JSON.parse(r.stdout.toString()) as Record<string, any> : null
+}
+
+/** A container and a volume the auditor can see; events about them since `since`. */
+const TARGET = uniqueName('pcpc-target')
+const VOLUME = uniqueName('pcpc-vol')
+let since = 0
+
+t.before(async () => {
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  since = Math.floor(Date.now() / 1000) - 1
+  for (const args of [['run', '-d', '--name', TARGET, IMAGE, 'sh', '-c', 'echo private; sleep 600'], ['volume', 'create', VOLUME]]) {
+    const r = await direct(args)
+    if (r.code !== 0) throw new Error(`docker ${args.join(' ')}: ${r.stderr}`)
+  }
+})
+t.teardown(async () => {
+  await direct(['rm', '-f', TARGET])
+  await direct(['volume', 'rm', VOLUME])
+  await gw?.close()
+  fs.rmSync(tmp, { recursive: true, force: true })
+})
+
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
+const deniedBy = (op: string, rule: string | null, who: string): RegExp =>
+  new RegExp(`${op} denied by ${rule ? `policy rule ${rule} \\(base\\.csv\\)` : 'policy: no rule allows it'} for subject ${who}`)
+
+/** One CLI command as one role: it succeeds with stdout matching `ok`, or fails with stderr matching `refused`. */
+interface Check { role: Role, args: () => string[], ok?: RegExp, refused?: RegExp }
+
+const checks: Check[] = [
+  { role: 'tenant', args: () => ['run', '--rm', IMAGE, 'echo', 'ordinary'], ok: /^ordinary$/ },
+  { role: 'tenant', args: () => ['run', '--rm', '--privileged', IMAGE, 'true'], refused: deniedBy('ContainerCreate', 'no-privileged', 'trudy in tenant team-a') },
+  // Prune is not scoped per tenant; the filters match nothing, in case it got through.
+  { role: 'tenant', args: () => ['container', 'prune', '-f', '--filter', `label=pcpc-never=${TARGET}`], refused: deniedBy('ContainerPrune', 'no-prune', 'trudy in tenant team-a') },
+  { role: 'tenant', args: () => ['volume', 'prune', '-f', '--filter', `label=pcpc-never=${TARGET}`], refused: deniedBy('VolumePrune', 'no-prune', 'trudy in tenant team-a') },
+  { role: 'readonly', args: () => ['ps', '--filter', `name=${TARGET}`, '--format', '{{.Names}}'], ok: new RegExp(`^${TARGET}$`) },
+  { role: 'readonly', args: () => ['images', '--format', '{{.Repository}}:{{.Tag}}'], ok: new RegExp(`^${escape(IMAGE)}$`, 'm') },
+  { role: 'readonly', args: () => ['volume', 'ls', '-q'], ok: new RegExp(`^${VOLUME}$`, 'm') },
+  { role: 'readonly', args: () => ['version', '--format', '{{.Server.Version}}'], ok: /^\d+\.\d+/ },
+  { role: 'readonly', args: () => ['info', '--format', '{{.ServerVersion}} {{.Images}}'], ok: /^\d+\.\d+\S* [1-9]/ },
+  {
+    role: 'readonly',
+    // --until a second ahead, so that events of this very second are in (the CLI waits for it).
+    args: () => ['events', '--since', String(since), '--until', String(Math.ceil(Date.now() / 1000) + 1), '--filter', `container=${TARGET}`, '--format', '{{.Action}}'],
+    ok: /^create\nstart/,
+  },
+  { role: 'readonly', args: () => ['logs', TARGET], refused: deniedBy('ContainerLogs', null, 'auditor') },
+  { role: 'readonly', args: () => ['cp', `${TARGET}:/etc/hostname`, tmp], refused: deniedBy('ContainerArchive', null, 'auditor') },
+  { role: 'readonly', args: () => ['export', TARGET], refused: deniedBy('ContainerExport', null, 'auditor') },
+  { role: 'readonly', args: () => ['run', '--rm', IMAGE, 'true'], refused: deniedBy('ContainerCreate', null, 'auditor') },
+  { role: 'readonly', args: () => ['exec', TARGET, 'true'], refused: deniedBy('ContainerExec', null, 'auditor') },
+]
+
+for (const [version, cli] of [['28', CLI28], ['20.10', CLI20]] as const) {
+  t.test(`docker ${version}`, async (t) => {
+    for (const check of checks) {
+      t.test(`${check.role}: docker ${check.args().join(' ')}`, async (t) => {
+        const r = await as(check.role, cli, check.args())
+        if (check.ok) {
+          t.equal(r.code, 0, 'exits 0', { stderr: r.stderr })
+          t.match(r.stdout.toString().trim(), check.ok, 'prints what the engine has')
+        } else {
+          t.not(r.code, 0, 'fails')
+          t.match(r.stderr, check.refused ?? /^$/, `shows the gateway's message: ${r.stderr.trim().split('\n')[0]}`)
+          t.equal(r.stdout.length, 0, 'and prints nothing else')
+        }
+      })
+    }
+
+    t.test('tenant: in its own container, exec without -u runs as 65534 and docker cp copies in', async (t) => {
+      const name = uniqueName('pcpc-own')
+      t.teardown(async () => { await direct(['rm', '-f', name]) })
+      const started = await as('tenant', cli, ['run', '-d', '--name', name, IMAGE, 'sleep', '600'])
+      t.equal(started.code, 0, 'docker run -d', { stderr: started.stderr })
+      const id = await as('tenant', cli, ['exec', name, 'id', '-u'])
+      t.same([id.code, id.stdout.toString()], [0, '65534\n'], 'the CLI sends "User":"" and the exec runs as 65534 (the tenant-exec-user default)', { stderr: id.stderr })
+      const file = path.join(tmp, `cp-in-${version}`)
+      fs.writeFileSync(file, `copied in by docker ${version}\n`)
+      const cp = await as('tenant', cli, ['cp', file, `${name}:/tmp/cp-in`])
+      t.equal(cp.code, 0, 'docker cp into the container', { stderr: cp.stderr })
+      const cat = await direct(['exec', name, 'cat', '/tmp/cp-in'])
+      t.equal(cat.stdout.toString(), `copied in by docker ${version}\n`, 'the container has the file (read directly on the engine)')
+    })
+
+    t.test('admin: docker run --privileged creates a privileged container', async (t) => {
+      const name = uniqueName('pcpc-priv')
+      t.teardown(async () => { await direct(['rm', '-f', name]) })
+      const r = await as('admin', cli, ['run', '-d', '--privileged', '--name', name, IMAGE, 'sleep', '60'])
+      t.notMatch(r.stderr, /denied by policy/, 'not refused by the gateway')
+      // Privileged containers may not start on this machine (no capabilities to hand out); what was stored is what counts.
+      if (r.code !== 0) t.comment(`the engine could not start it here: ${r.stderr.trim().split('\n')[0]}`)
+      const c = await inspect(name)
+      t.equal(c?.HostConfig?.Privileged, true, 'the engine stored HostConfig.Privileged: true')
+      t.notOk(c?.Config?.Labels?.['io.portcullis.tenant'], 'without owner labels: what an admin creates belongs to no tenant')
+    })
+
+    t.test('ci: docker push is forwarded and fails at the registry; tenant: refused', async (t) => {
+      const ref = `localhost:5999/${uniqueName('pcpc')}:1`
+      t.teardown(async () => { await direct(['rmi', ref]) })
+      t.equal((await direct(['tag', IMAGE, ref])).code, 0, `tagged ${ref} on the engine`)
+      const ci = await as('ci', cli, ['push', ref])
+      t.not(ci.code, 0, 'the push fails: there is no registry')
+      t.notMatch(ci.stderr, /denied by policy/, 'not refused by the gateway')
+      t.match(ci.stderr, /dial tcp 127\.0\.0\.1:5999: connect: connection refused/, `the engine tried the registry: ${ci.stderr.trim().split('\n').pop()}`)
+      const tenant = await as('tenant', cli, ['push', ref])
+      t.not(tenant.code, 0, 'tenant push fails')
+      t.match(tenant.stderr, deniedBy('ImagePush', null, 'trudy in tenant team-a'), 'refused by the gateway, naming the operation')
+    })
+  })
+}
