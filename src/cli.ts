@@ -12,6 +12,7 @@ import fs from 'node:fs'
 import { parseArgs } from 'node:util'
 import pino from 'pino'
 import { ConfigError, defaultConfig, loadConfig, type Config } from './config'
+import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
 import { check, runFixtures } from './policy/tool'
@@ -32,6 +33,15 @@ Commands:
                             prints the decision, the rule that decided and any rewrite.
   policy test [DIR]         Run the fixtures in DIR/tests/*.yaml (default ./policies);
                             exits 1 on any mismatch.
+  audit verify [--partial] FILE...
+                            Check audit files (in any order, rotated ones included):
+                            exits 0 if the chain is intact, 1 naming the first broken
+                            record (file:line and why). --partial: the files are a
+                            capture (stdout, a collector) that may start mid-chain
+                            and has no seal.
+  audit report FILE... [--since 2026-11-22T00:00:00Z|24h] [--tenant T]
+                            Summary: requests by tenant and operation, denials and
+                            would-deny by rule, hijacked sessions by subject.
   help, --help              Show this help.
   --version                 Print the version.
 
@@ -167,6 +177,47 @@ async function policy (args: string[]): Promise<number> {
   return 2
 }
 
+function auditVerifyCommand (args: string[]): number {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { partial: { type: 'boolean' } } })
+  if (positionals.length === 0) {
+    process.stderr.write('usage: portcullis audit verify [--partial] FILE...\n')
+    return 2
+  }
+  const r = auditVerify(positionals, { partial: values.partial === true })
+  for (const note of r.notes) process.stdout.write(`note: ${note}\n`)
+  if (!r.ok) {
+    const p = r.problem!
+    process.stdout.write(`${p.file}:${p.line}: ${p.reason}\nBROKEN: ${r.records} sound record(s) before the first break\n`)
+    return 1
+  }
+  process.stdout.write(`OK: ${r.records} records in ${r.files.length} file(s), chain intact${r.files.length > 1 ? ` (${r.files.map((f) => f.split('/').pop()).join(' -> ')})` : ''}\n`)
+  return 0
+}
+
+function auditReportCommand (args: string[]): number {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { since: { type: 'string' }, tenant: { type: 'string' } } })
+  if (positionals.length === 0) {
+    process.stderr.write('usage: portcullis audit report FILE... [--since TIME|DURATION] [--tenant T]\n')
+    return 2
+  }
+  process.stdout.write(auditReport(positionals, { ...(values.since !== undefined ? { since: values.since } : {}), ...(values.tenant !== undefined ? { tenant: values.tenant } : {}) }))
+  return 0
+}
+
+function audit (args: string[]): number {
+  try {
+    if (args[0] === 'verify') return auditVerifyCommand(args.slice(1))
+    if (args[0] === 'report') return auditReportCommand(args.slice(1))
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (code?.startsWith('ERR_PARSE_ARGS') === true || (err as Error).message.startsWith('--since')) { process.stderr.write(`portcullis audit: ${(err as Error).message}\n`); return 2 }
+    if (code !== undefined && /^E[A-Z]+$/.test(code)) { process.stderr.write(`portcullis audit: ${(err as Error).message}\n`); return 1 }
+    throw err
+  }
+  process.stderr.write('usage: portcullis audit verify|report FILE...\n')
+  return 2
+}
+
 export async function main (argv: string[]): Promise<number> {
   const [command, ...rest] = argv
   switch (command) {
@@ -174,6 +225,8 @@ export async function main (argv: string[]): Promise<number> {
       return await serve(rest)
     case 'policy':
       return await policy(rest)
+    case 'audit':
+      return audit(rest)
     case 'config':
       if (rest[0] === 'check') return configCheck(rest.slice(1))
       process.stderr.write('usage: portcullis config check FILE\n')

@@ -7,6 +7,7 @@ import { Transform, type TransformCallback } from 'node:stream'
 import type { Identity } from './authenticate'
 import type { Target } from './catalog/route'
 import type { Decision } from '../policy/engine'
+import type { PolicyInput } from '../policy/facts'
 import type { AppliedRewrite } from '../policy/rewrite'
 import type { GatewayError } from './errors'
 
@@ -23,6 +24,11 @@ export interface RequestContext {
   /** The policy's decision, and the rewrites applied before it. */
   decision?: Decision
   rewrites?: readonly AppliedRewrite[]
+  /** What the policy judged: the facts and the decoded (rewritten) body, for the audit record. */
+  facts?: PolicyInput
+  decodedBody?: unknown
+  /** Which audit records have been written for this request. */
+  audited?: 'request' | 'session'
   /** For operations with an inspected body: exactly the bytes evaluated and forwarded. */
   body?: Buffer
   /** `upgrade` (101 relayed) or `raw` (200 + raw stream) once a hijack is established. */

@@ -9,6 +9,7 @@ import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { createUpstream, type Upstream } from './upstream'
 import { PolicyStore } from '../policy/store'
+import { AuditTrail } from '../audit'
 import { Metrics } from '../metrics'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
 
@@ -18,6 +19,7 @@ export interface Gateway {
   readonly inflight: Inflight
   readonly policy: PolicyStore
   readonly metrics: Metrics
+  readonly audit: AuditTrail
   /** The metrics listener, when `metrics.listen` is set. */
   readonly metricsServer: MetricsServer | null
   /** Apply what can change without a restart (log level, TLS certificates, keys, the policy); the rest is reported. */
@@ -34,15 +36,18 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   const metrics = new Metrics({ tenants: config.metrics.tenants ?? [], listeners: config.listen.map((l) => l.name), version: packageVersion() })
   metrics.setPolicyVersion(policy.current.version)
   policy.onReload = (r) => { metrics.policyReloaded(r.ok, r.version) }
+  // With audit.onFailure: closed, a trail that cannot be opened stops the start-up.
+  const audit = AuditTrail.open(config.audit, log)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
   } catch (err) {
     await Promise.allSettled(listeners.map((l) => l.app.close()))
     await upstream.close()
+    await audit.close()
     throw err
   }
   policy.watch()
@@ -61,6 +66,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     inflight,
     policy,
     metrics,
+    audit,
     metricsServer,
     async reload (next: Config): Promise<void> {
       await policy.reload()
@@ -95,6 +101,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       await closing
       await upstream.close()
       await metricsServer?.close()
+      await audit.close()
       policy.close()
       log.info('stopped')
     },

@@ -14,6 +14,8 @@ import type { Logger } from 'pino'
 import type { ListenerConfig } from '../config'
 import { authorize, denialMessage } from '../policy/authorize'
 import type { Policy } from '../policy/engine'
+import type { AuditTrail } from '../audit'
+import { inputFromContext } from '../audit/context'
 import type { Metrics } from '../metrics'
 import type { Identity } from './authenticate'
 import { hasBody, readCapped, readUpgradeBody } from './body'
@@ -36,6 +38,7 @@ export interface GatewayDeps {
   /** The policy in force now (swapped atomically on reload). */
   readonly policy: () => Policy
   readonly metrics: Metrics
+  readonly audit: AuditTrail
 }
 
 /** What is in progress, so that shutdown can drain requests and close long streams. */
@@ -103,9 +106,47 @@ async function inspect (deps: GatewayDeps, ctx: RequestContext): Promise<unknown
   const { evaluation, body } = result
   ctx.decision = evaluation.decision
   ctx.rewrites = evaluation.rewrites
+  ctx.facts = evaluation.input
+  ctx.decodedBody = evaluation.body
   if (evaluation.decision.decision === 'deny') throw new GatewayError('FORBIDDEN', denialMessage(identity, target, evaluation))
+  // Fail closed before the engine acts: a request is only forwarded when its audit
+  // record can be written (unless the operator chose audit.onFailure: open).
+  if (deps.audit.onFailure === 'closed' && !deps.audit.healthy()) throw new GatewayError('AUDIT_UNAVAILABLE', 'the audit trail cannot be written; request refused')
   ctx.body = body
   return evaluation.body
+}
+
+/**
+ * Write the audit record for `ctx`. The request record goes out before the answer
+ * completes (forward/hijack call `ctx.seal` before the last byte; errors are recorded
+ * before they are sent); a hijacked session gets a record when it is established and
+ * one when it ends. With audit.onFailure: closed a failed write throws AUDIT_UNAVAILABLE.
+ */
+function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'session.start' | 'session.end'): void {
+  try {
+    deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody }))
+    deps.metrics.auditWritten()
+  } catch (err) {
+    deps.metrics.auditFailed()
+    deps.log.error({ req: ctx.id, op: ctx.target?.operation.id, err: { message: (err as Error).message } }, 'audit record not written')
+    if (deps.audit.onFailure === 'closed') throw new GatewayError('AUDIT_UNAVAILABLE', 'the audit trail cannot be written', { cause: err })
+  }
+}
+
+/** The hooks forward() and hijack() call at the moments the audit trail needs. */
+function recordHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
+  let closeSession: (() => void) | null = null
+  ctx.seal = () => {
+    if (ctx.audited) return
+    ctx.audited = 'request'
+    audit(deps, ctx, 'request')
+  }
+  ctx.established = () => {
+    audit(deps, ctx, 'session.start')
+    ctx.audited = 'session'
+    closeSession = deps.metrics.sessionOpened(ctx.listener)
+  }
+  return () => { closeSession?.() }
 }
 
 /** Exec start hijacks unless its (canonical) body asks to detach. */
@@ -114,6 +155,12 @@ function detaches (body: unknown): boolean {
 }
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
+  // A session's end, or a request that ended before its answer completed (client gone,
+  // upstream failure): recorded now, after the fact; nothing is left to refuse.
+  try {
+    if (ctx.audited === 'session') audit(deps, ctx, 'session.end')
+    else if (!ctx.audited) { ctx.audited = 'request'; audit(deps, ctx, 'request') }
+  } catch { /* already counted and logged by audit() */ }
   const op = ctx.target?.operation.id ?? null
   const line = {
     req: ctx.id,
@@ -159,13 +206,6 @@ const UPSTREAM_ERRORS: Partial<Record<string, 'unreachable' | 'failed' | 'timeou
   UPSTREAM_TIMEOUT: 'timeout',
 }
 
-/** Hijacked sessions count as active from the moment they are established until they end. */
-function sessionHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
-  let close: (() => void) | null = null
-  ctx.established = () => { close = deps.metrics.sessionOpened(ctx.listener) }
-  return () => { close?.() }
-}
-
 function fail (ctx: RequestContext, err: unknown): GatewayError {
   const e = toGatewayError(err)
   ctx.error = e
@@ -175,14 +215,14 @@ function fail (ctx: RequestContext, err: unknown): GatewayError {
 
 export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const done = deps.inflight.begin()
+  const ended = recordHooks(deps, ctx)
   try {
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
     const body = await inspect(deps, ctx)
     if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
-      const ended = sessionHooks(deps, ctx)
-      try { await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c)) } finally { ended() }
+      await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
     } else if (op.streams) {
       const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
       const closed = deps.metrics.streamOpened()
@@ -191,8 +231,9 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       await forward(ctx, req, res, deps.upstream)
     }
   } catch (err) {
-    const e = fail(ctx, err)
+    let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
+      try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }
       const { status, body } = renderError(e)
       // After refusing a body we did not read to its end, the connection cannot be reused.
       const close = e.code === 'BODY_TOO_LARGE' || (!req.complete && hasBody(req))
@@ -202,6 +243,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       res.destroy()
     }
   } finally {
+    ended()
     done()
     finish(deps, ctx)
   }
@@ -209,6 +251,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
 
 export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const done = deps.inflight.begin()
+  const ended = recordHooks(deps, ctx)
   socket.on('error', () => socket.destroy())
   try {
     admit(deps, listener, ctx, req)
@@ -217,12 +260,13 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
     ctx.body = body
     await inspect(deps, ctx)
-    const ended = sessionHooks(deps, ctx)
-    try { await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c)) } finally { ended() }
+    await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
   } catch (err) {
-    const e = fail(ctx, err)
+    let e = fail(ctx, err)
+    try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }
     writeSocketError(socket, e)
   } finally {
+    ended()
     done()
     finish(deps, ctx)
   }

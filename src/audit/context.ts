@@ -1,0 +1,51 @@
+/**
+ * Convenience for the pipeline: the AuditInput of a RequestContext. Type-only
+ * imports: nothing from the gateway is loaded by the audit module.
+ */
+import type { RequestContext } from '../gateway/context'
+import type { AuditEventKind, AuditInput } from './record'
+
+export interface ContextExtras {
+  /** Default: now. */
+  readonly time?: number
+  /** Default: since the request started. */
+  readonly durationMs?: number
+  /** The policy's facts (Evaluation.input); derived from the body when absent. */
+  readonly facts?: AuditInput['facts']
+  /** The decoded body (Evaluation.body); default: ctx.body, the canonical bytes forwarded. */
+  readonly body?: unknown
+  /** ExecStart: the exec's command, if the caller knows it. */
+  readonly command?: readonly string[]
+  /** session.end: the exec's exit code, when known. */
+  readonly exitCode?: number | null
+}
+
+export function inputFromContext (ctx: RequestContext, event: AuditEventKind, extras: ContextExtras = {}): AuditInput {
+  const t = ctx.target
+  return {
+    event,
+    time: extras.time ?? Date.now(),
+    req: ctx.id,
+    listener: ctx.listener,
+    client: ctx.remote,
+    method: ctx.method,
+    identity: ctx.identity ?? null,
+    target: t === undefined
+      ? null
+      : { operation: t.operation.id, kind: t.operation.kind, param: t.operation.param, resource: t.resource, apiVersion: t.apiVersion, query: t.query },
+    decision: ctx.decision ?? null,
+    rewrites: ctx.rewrites ?? [],
+    facts: extras.facts ?? null,
+    body: extras.body ?? ctx.body,
+    command: extras.command ?? null,
+    status: ctx.status ?? null,
+    bytesIn: ctx.bytesIn,
+    bytesOut: ctx.bytesOut,
+    durationMs: extras.durationMs ?? performance.now() - ctx.startedAt,
+    upstreamMs: ctx.upstreamMs ?? null,
+    error: ctx.error ? { code: ctx.error.code, message: ctx.error.message } : null,
+    aborted: ctx.aborted ?? null,
+    hijack: ctx.hijack ?? null,
+    exitCode: extras.exitCode ?? null,
+  }
+}
