@@ -27,6 +27,9 @@ export interface RequestContext {
   /** What the policy judged: the facts and the decoded (rewritten) body, for the audit record. */
   facts?: PolicyInput
   decodedBody?: unknown
+  /** An exec session's command, and its exit code once the session ends, as the engine reports them. */
+  execCommand?: readonly string[]
+  exitCode?: number | null
   /** Which audit records have been written for this request. */
   audited?: 'request' | 'session'
   /** For operations with an inspected body: exactly the bytes evaluated and forwarded. */

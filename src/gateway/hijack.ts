@@ -115,6 +115,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       clientDuplex().off('close', onEarlyClose)
       ctx.upstreamMs = performance.now() - sent
       ctx.status = res.statusCode
+      ctx.hijack = client.form
       try {
         ctx.established?.()
       } catch (err) {
@@ -125,7 +126,6 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       }
       engine.setNoDelay(true)
       if (client.form === 'upgrade') {
-        ctx.hijack = 'upgrade'
         const head: HeaderMap = {}
         for (let i = 0; i < res.rawHeaders.length; i += 2) head[res.rawHeaders[i]] = res.rawHeaders[i + 1]
         client.socket.write(serializeHead(`HTTP/1.1 ${res.statusCode} ${res.statusMessage}`, head))
@@ -134,7 +134,6 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         ;(client.socket as Socket).setNoDelay?.(true)
         splice(ctx, client.socket, engine, () => settle())
       } else {
-        ctx.hijack = 'raw'
         ctx.status = 200
         const { req, res: out } = client
         // The engine's 200 form: no length and no chunking, the stream runs until close.

@@ -25,7 +25,7 @@ import { GatewayError, isGatewayError, renderError, toGatewayError } from './err
 import { forward } from './forward'
 import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
-import type { Upstream } from './upstream'
+import { execInfo, type Upstream } from './upstream'
 
 export interface GatewayDeps {
   readonly api: ApiWindow
@@ -124,12 +124,22 @@ async function inspect (deps: GatewayDeps, ctx: RequestContext): Promise<unknown
  */
 function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'session.start' | 'session.end'): void {
   try {
-    deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody }))
+    deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
     deps.metrics.auditWritten()
   } catch (err) {
     deps.metrics.auditFailed()
     deps.log.error({ req: ctx.id, op: ctx.target?.operation.id, err: { message: (err as Error).message } }, 'audit record not written')
     if (deps.audit.onFailure === 'closed') throw new GatewayError('AUDIT_UNAVAILABLE', 'the audit trail cannot be written', { cause: err })
+  }
+}
+
+/** Exec sessions: the command (for both session records) before, the exit code after. */
+async function execCommand (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
+  if (ctx.target?.operation.id === 'ExecStart' && ctx.target.resource) ctx.execCommand = (await execInfo(deps.upstream, ctx.target.resource))?.command
+}
+async function sessionExit (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
+  if (ctx.hijack && ctx.target?.operation.id === 'ExecStart' && ctx.target.resource) {
+    ctx.exitCode = (await execInfo(deps.upstream, ctx.target.resource))?.exitCode ?? null
   }
 }
 
@@ -178,6 +188,7 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     ms: elapsedMs(ctx),
     upstreamMs: ctx.upstreamMs === undefined ? undefined : Math.round(ctx.upstreamMs * 1000) / 1000,
     hijack: ctx.hijack,
+    exitCode: ctx.exitCode ?? undefined,
     aborted: ctx.aborted,
     error: ctx.error ? { code: ctx.error.code, message: ctx.error.message, ...(ctx.error.code === 'INTERNAL' ? { cause: String((ctx.error.cause as Error)?.stack ?? ctx.error.cause) } : {}) } : undefined,
   }
@@ -222,7 +233,9 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
     const body = await inspect(deps, ctx)
     if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
+      await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
+      await sessionExit(deps, ctx)
     } else if (op.streams) {
       const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
       const closed = deps.metrics.streamOpened()
@@ -260,7 +273,9 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
     ctx.body = body
     await inspect(deps, ctx)
+    await execCommand(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
+    await sessionExit(deps, ctx)
   } catch (err) {
     let e = fail(ctx, err)
     try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }

@@ -58,3 +58,26 @@ export function createUpstream (cfg: UpstreamConfig): Upstream {
 function hostPort (host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
 }
+
+/**
+ * What the engine knows of an exec: its command, and once it has finished its exit
+ * code (null while it runs). Null when the engine does not answer within two seconds.
+ * The exec id is the one the request was routed with, percent-encoded again.
+ */
+export async function execInfo (upstream: Upstream, execId: string): Promise<{ command: string[], exitCode: number | null } | null> {
+  try {
+    const res = await upstream.pool.request({
+      method: 'GET',
+      path: `/exec/${encodeURIComponent(execId)}/json`,
+      ...(upstream.host ? { headers: { host: upstream.host } } : {}),
+      signal: AbortSignal.timeout(2000),
+    })
+    const info = await res.body.json() as { Running?: unknown, ExitCode?: unknown, ProcessConfig?: { entrypoint?: unknown, arguments?: unknown } }
+    if (res.statusCode !== 200) return null
+    const pc = info.ProcessConfig ?? {}
+    const command = [pc.entrypoint, ...(Array.isArray(pc.arguments) ? pc.arguments : [])].filter((x): x is string => typeof x === 'string')
+    return { command, exitCode: info.Running === false && typeof info.ExitCode === 'number' ? info.ExitCode : null }
+  } catch {
+    return null
+  }
+}
