@@ -219,20 +219,21 @@ export class AuditTrail {
   }
 
   /** Build the record for `input` at this trail's level and redaction, and append it. */
-  record (input: AuditInput): void {
-    this.append(buildRecord(input, this.level, { redactEnv: this.redactEnv }))
+  record (input: AuditInput): boolean {
+    return this.append(buildRecord(input, this.level, { redactEnv: this.redactEnv }))
   }
 
   /**
    * Write one record. When this returns, the line is in the file (and on stdout).
    * Throws AuditWriteError when it cannot be written and onFailure is `closed`.
    */
-  append (record: AuditRecord): void {
+  /** Returns false when the record was dropped (onFailure: open); throws when it must not be (closed). */
+  append (record: AuditRecord): boolean {
     if (this.closed) {
       const e = new AuditWriteError('audit trail: closed', 'AUDIT_CLOSED', 'file')
       if (this.onFailure === 'closed') throw e
       this.dropped++
-      return
+      return false
     }
     try {
       const json = recordJson(record)
@@ -243,12 +244,14 @@ export class AuditTrail {
       }
       this.writeChained(json)
       this.recovered()
+      return true
     } catch (err) {
       const e = toWriteError(err)
       this.noteFailure(e)
       if (this.onFailure === 'closed') throw e
       this.dropped++
       this.droppedSinceHead++
+      return false
     }
   }
 
@@ -262,7 +265,17 @@ export class AuditTrail {
     if (this.closed) return false
     if (this.stdoutErr !== null && this.now() - this.stdoutFailedAt < this.retryMs) return false
     if (this.file === null) return this.stdoutErr === null || this.now() - this.stdoutFailedAt >= this.retryMs
-    if (this.live !== null && this.broken === null) return true
+    if (this.live !== null && this.broken === null) {
+      // The same cheap check an append makes (one stat): a file removed, replaced or
+      // changed under the trail is found before the engine acts, not after.
+      try {
+        this.checkLive()
+        return true
+      } catch (err) {
+        this.noteFailure(toWriteError(err))
+        return false
+      }
+    }
     const now = this.now()
     if (now - this.lastRetry < this.retryMs) return false
     this.lastRetry = now

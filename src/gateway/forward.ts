@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
 import type { Readable } from 'node:stream'
 import { hasBody } from './body'
-import { counter, type RequestContext } from './context'
+import { counter, declaredLength, type RequestContext } from './context'
 import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
 import type { Upstream } from './upstream'
@@ -75,6 +75,16 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   ctx.upstreamMs = performance.now() - sent
   ctx.status = answer.statusCode
 
+  // An answer without a body is complete with its head: record it before the head.
+  const length = declaredLength(answer.headers)
+  if (req.method === 'HEAD' || answer.statusCode === 204 || answer.statusCode === 304 || length === 0) {
+    try {
+      ctx.seal?.()
+    } catch (err) {
+      answer.body.destroy()
+      throw err
+    }
+  }
   // The engine's own Date header is passed on; Node must not add a second one.
   res.sendDate = false
   res.writeHead(answer.statusCode, endToEnd(answer.headers))
@@ -82,7 +92,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   // not when Node's buffers fill up.
   if (target.operation.streams) res.flushHeaders()
   try {
-    await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
+    await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.(), length), res)
   } catch (err) {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -14,7 +14,7 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Socket } from 'node:net'
-import { counter, type RequestContext } from './context'
+import { counter, declaredLength, type RequestContext } from './context'
 import { GatewayError, renderError } from './errors'
 import { endToEnd, serializeHead, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders } from './forward'
@@ -165,7 +165,11 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       ctx.upstreamMs = performance.now() - sent
       ctx.status = res.statusCode
       const headers = endToEnd(res.headersDistinct)
-      const body = res.pipe(counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()))
+      const length = declaredLength(res.headers)
+      if (length === 0 || res.statusCode === 204 || res.statusCode === 304) {
+        try { ctx.seal?.() } catch (err) { settle(err); res.destroy(); return }
+      }
+      const body = res.pipe(counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.(), length))
       // A failed seal (the audit record could not be written) cuts the answer short.
       body.once('error', () => { (client.form === 'upgrade' ? client.socket : client.res).destroy(); settle() })
       if (client.form === 'upgrade') {

@@ -124,8 +124,9 @@ async function inspect (deps: GatewayDeps, ctx: RequestContext): Promise<unknown
  */
 function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'session.start' | 'session.end'): void {
   try {
-    deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
-    deps.metrics.auditWritten()
+    const written = deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
+    if (written) deps.metrics.auditWritten()
+    else { deps.metrics.auditFailed(); deps.log.error({ req: ctx.id, op: ctx.target?.operation.id }, 'audit record dropped (audit.onFailure: open)') }
   } catch (err) {
     deps.metrics.auditFailed()
     deps.log.error({ req: ctx.id, op: ctx.target?.operation.id, err: { message: (err as Error).message } }, 'audit record not written')
