@@ -15,6 +15,7 @@ import jwt from 'jsonwebtoken'
 import pino from 'pino'
 import { parseConfig } from '../src/config'
 import { startGateway } from '../src/gateway'
+import type { AuditRecord } from '../src/audit/record'
 import { CLI28, engine, POLICIES, run, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
 
 const CLI = path.join(__dirname, '..', 'src', 'cli.js')
@@ -24,34 +25,13 @@ const TENANT = { sub: 'mallory', tenant: 'team-a', roles: ['tenant'] }
 // ---------------------------------------------------------------------------
 // helpers
 
-interface Rec {
+/** A line of the trail as read back: an audit record (src/audit/record.ts) with its chain fields. */
+type Rec = Omit<AuditRecord, 'v' | 'event' | 'security' | 'body'> & {
   v: number
   seq: number
-  time: string
   event: string
-  req: string
-  listener: string
-  client: string
-  method: string | null
-  identity: { subject: string, tenant: string | null, roles: string[], auth: string } | null
-  operation: string | null
-  resource: { kind: string, id?: string, name?: string } | null
-  apiVersion: string | null
-  decision: string | null
-  rule: { policy: string, rule: string } | null
-  wouldDeny: unknown[]
-  policyVersion: string | null
-  rewrites: Array<{ id: string, patch: Array<{ op: string, path: string, value: unknown }> }>
-  status: number | null
-  bytesIn: number
-  bytesOut: number
-  durationMs: number | null
-  upstreamMs: number | null
-  error: { code: string, message: string } | null
-  session?: { mode: string | null, exitCode?: number | null }
-  command?: string[]
   security?: Record<string, unknown>
-  body?: any
+  body?: any // eslint-disable-line @typescript-eslint/no-explicit-any -- read back from JSON; shapes asserted per test
   prev: string | null
   hash: string
 }
@@ -457,17 +437,22 @@ t.test('level request: decoded bodies, redacted; credentials headers never recor
   t.equal(cli('audit', 'verify', file).status, 0, 'the trail verifies')
 })
 
-// 7. fail closed / open
-t.test('audit trail unwritable, onFailure closed: 503 and not forwarded', async (t) => {
-  const gw = await auditGateway(t, 'onFailure: closed')
-  const trailDir = path.dirname(gw.file)
+/** Creates uniquely named volumes through the gateway with a raw request; removes them on teardown. */
+function volumeCreator (t: Test, gw: { socket: string, file: string }): () => Promise<{ name: string, res: Raw }> {
   const created: string[] = []
   t.teardown(async () => { for (const v of created) await run(CLI28, ['volume', 'rm', '-f', v], { host: engine().dockerHost }) })
-  const create = async (): Promise<{ name: string, res: Raw }> => {
+  return async () => {
     const name = uniqueName('pca-vol')
     created.push(name)
     return { name, res: await raw(gw.socket, gw.file, 'POST', '/v1.41/volumes/create', { body: { Name: name } }) }
   }
+}
+
+// 7. fail closed / open
+t.test('audit trail unwritable, onFailure closed: 503 and not forwarded', async (t) => {
+  const gw = await auditGateway(t, 'onFailure: closed')
+  const trailDir = path.dirname(gw.file)
+  const create = volumeCreator(t, gw)
 
   const ok = await create()
   t.equal(ok.res.status, 201, 'a volume create works while the trail is writable')
@@ -499,7 +484,7 @@ t.test('audit trail unwritable, onFailure closed: 503 and not forwarded', async 
     t.notOk(await volumeExists(second.name), 'and the volume was not created on the engine')
 
     const viaCli = uniqueName('pca-vol')
-    created.push(viaCli)
+    t.teardown(async () => { await run(CLI28, ['volume', 'rm', '-f', viaCli], { host: engine().dockerHost }) })
     const r = await run(CLI28, ['volume', 'create', viaCli], { host: gw.dockerHost })
     t.not(r.code, 0, 'docker volume create fails')
     t.match(r.stderr, /audit trail/, `the CLI shows why: ${r.stderr.trim()}`)
@@ -526,13 +511,7 @@ t.test('audit trail unwritable, onFailure open: forwarded, and the failures are 
   const address = gw.gateway.metricsServer?.address ?? ''
   t.match(address, /^127\.0\.0\.1:\d+$/)
   const trailDir = path.dirname(gw.file)
-  const created: string[] = []
-  t.teardown(async () => { for (const v of created) await run(CLI28, ['volume', 'rm', '-f', v], { host: engine().dockerHost }) })
-  const create = async (): Promise<{ name: string, res: Raw }> => {
-    const name = uniqueName('pca-vol')
-    created.push(name)
-    return { name, res: await raw(gw.socket, gw.file, 'POST', '/v1.41/volumes/create', { body: { Name: name } }) }
-  }
+  const create = volumeCreator(t, gw)
   t.equal((await create()).res.status, 201)
   const f0 = await metric(address, 'portcullis_audit_failures_total')
   const w0 = await metric(address, 'portcullis_audit_records_total')
