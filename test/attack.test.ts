@@ -212,6 +212,7 @@ const send = async (r: Req): Promise<Reply> => await exchange(wire(r))
 // What this file can be responsible for on the shared engine.
 
 const ours = (name: string, labels: Record<string, string> | null | undefined): boolean =>
+  // Only mallory acts as mallory: other test files on the shared engine use other subjects.
   name.includes(PREFIX) || labels?.['io.portcullis.subject'] === 'mallory'
 
 async function snapshot (): Promise<Doc> {

@@ -20,7 +20,7 @@ import { CLI28, engine, POLICIES, run, startTestGateway, uniqueName, type TestGa
 
 const CLI = path.join(__dirname, '..', 'src', 'cli.js')
 const SECRET = 'audit-gateway-test-secret'
-const TENANT = { sub: 'mallory', tenant: 'team-a', roles: ['tenant'] }
+const TENANT = { sub: 'trudy', tenant: 'team-a', roles: ['tenant'] }
 
 // ---------------------------------------------------------------------------
 // helpers
@@ -183,7 +183,7 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
       v: 1,
       event: 'request',
       method: 'POST',
-      identity: { subject: 'mallory', tenant: 'team-a', roles: ['tenant'], auth: 'jwt' },
+      identity: { subject: 'trudy', tenant: 'team-a', roles: ['tenant'], auth: 'jwt' },
       operation: 'ContainerCreate',
       resource: { kind: 'container', name },
       decision: 'allow',
@@ -203,7 +203,7 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     t.ok(owner, `owner-labels rewrite recorded (${c.rewrites.map((w) => w.id).join(', ')})`)
     t.same(owner?.patch, [
       { op: 'add', path: '/Labels/io.portcullis.tenant', value: 'team-a' },
-      { op: 'add', path: '/Labels/io.portcullis.subject', value: 'mallory' },
+      { op: 'add', path: '/Labels/io.portcullis.subject', value: 'trudy' },
     ], 'its JSON patch')
     t.ok(c.rewrites.some((w) => w.id === 'tenant-safe-defaults'), 'tenant-safe-defaults recorded too')
     t.notOk('body' in c, 'level metadata: no body')
@@ -214,7 +214,7 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     t.same(attach.map((x) => x.event), ['session.start', 'session.end'], 'a hijacked attach: start and end, no request record')
     const [start, end] = attach
     t.equal(start.req, end.req, 'same request id')
-    t.match(start, { decision: 'allow', rule: { rule: 'tenant-containers' }, status: 101, session: { mode: 'upgrade' }, identity: { subject: 'mallory', auth: 'jwt' } })
+    t.match(start, { decision: 'allow', rule: { rule: 'tenant-containers' }, status: 101, session: { mode: 'upgrade' }, identity: { subject: 'trudy', auth: 'jwt' } })
     t.match(end, { session: { mode: 'upgrade' } })
     t.ok(end.bytesOut >= 'hi\n'.length, `session.end bytesOut ${end.bytesOut}`)
     t.ok(end.bytesIn >= 0, `session.end bytesIn ${end.bytesIn}`)
@@ -222,7 +222,7 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     for (const op of ['ContainerStart', 'ContainerWait']) {
       const mine = recs.filter((x) => x.operation === op)
       t.equal(mine.length, 1, `one ${op} record`)
-      t.match(mine[0], { event: 'request', decision: 'allow', identity: { subject: 'mallory', tenant: 'team-a' } }, op)
+      t.match(mine[0], { event: 'request', decision: 'allow', identity: { subject: 'trudy', tenant: 'team-a' } }, op)
     }
     const reqIds = recs.filter((x) => x.event === 'request').map((x) => x.req)
     t.equal(new Set(reqIds).size, reqIds.length, 'one request record per request id')
@@ -289,7 +289,7 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     t.equal(rm.code, 0, `tenant removes its container: ${rm.stderr}`)
     const del = events(file).slice(n1).filter((x) => x.operation === 'ContainerDelete')
     t.equal(del.length, 1, 'one ContainerDelete record')
-    t.match(del[0], { event: 'request', method: 'DELETE', resource: { kind: 'container', id: c }, decision: 'allow', rule: { rule: 'tenant-containers' }, status: 204, identity: { subject: 'mallory' } })
+    t.match(del[0], { event: 'request', method: 'DELETE', resource: { kind: 'container', id: c }, decision: 'allow', rule: { rule: 'tenant-containers' }, status: 204, identity: { subject: 'trudy' } })
   })
 
   // the admin listener identity
@@ -369,9 +369,9 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     t.notMatch(r.stdout, /tester/, 'the admin listener identity (tester) is not in a team-a report')
     t.ok(ops.trim().split('\n').slice(1).every((l) => /^\s*team-a\s/.test(l)), 'only team-a rows')
     const denials = section('Denials by rule')
-    t.match(denials, /^\s+no-privileged \(base\.csv\)\s+2\s+mallory@team-a x2$/m, 'denials by rule')
+    t.match(denials, /^\s+no-privileged \(base\.csv\)\s+2\s+trudy@team-a x2$/m, 'denials by rule')
     const sessions = section('Hijacked sessions by subject')
-    t.match(sessions, /^\s+mallory\s+team-a\s+2\s+0\s+/m, 'sessions by subject, none left open')
+    t.match(sessions, /^\s+trudy\s+team-a\s+2\s+0\s+/m, 'sessions by subject, none left open')
   })
 })
 
@@ -394,7 +394,7 @@ t.test('level request: decoded bodies, redacted; credentials headers never recor
   t.equal(body?.Image, image, 'body fields recorded')
   t.same(body?.Cmd, ['true'])
   t.same(body?.Env, ['SECRET_X=[REDACTED]', 'PLAIN=[REDACTED]'], 'Env values redacted, names kept')
-  t.match(body?.Labels, { 'io.portcullis.tenant': 'team-a', 'io.portcullis.subject': 'mallory' }, 'the body as evaluated and forwarded (after rewrites)')
+  t.match(body?.Labels, { 'io.portcullis.tenant': 'team-a', 'io.portcullis.subject': 'trudy' }, 'the body as evaluated and forwarded (after rewrites)')
   t.match(body?.HostConfig, { Memory: 1073741824, PidsLimit: 1024 }, 'rewritten defaults in the recorded body')
 
   // SecretCreate (admin, the listener identity): recorded whether or not the engine is a swarm manager.
@@ -423,7 +423,7 @@ t.test('level request: decoded bodies, redacted; credentials headers never recor
   t.comment(`ImageCreate: engine answered ${pull.status}`)
   const prec = events(file).filter((x) => x.operation === 'ImageCreate')
   t.equal(prec.length, 1, 'ImageCreate recorded')
-  t.match(prec[0], { identity: { subject: 'mallory', auth: 'jwt' }, resource: { kind: 'image', name: '127.0.0.1:1/pca/none:x' } })
+  t.match(prec[0], { identity: { subject: 'trudy', auth: 'jwt' }, resource: { kind: 'image', name: '127.0.0.1:1/pca/none:x' } })
 
   const text = fs.readFileSync(file, 'utf8')
   const sig = token.split('.')[2]

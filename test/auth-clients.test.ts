@@ -185,18 +185,19 @@ t.test('docker 20.10 with BuildKit: the session (h2c) and build carry the token'
 
 t.test('a hijack request without credentials is refused on the upgrade path too', async (t) => {
   const seen = requests().length
-  const answer = await new Promise<{ status: number, body: string }>((resolve, reject) => {
+  const answer = await new Promise<{ status: number, body: string, challenge?: string }>((resolve, reject) => {
     const req = http.request({ socketPath: sock, method: 'POST', path: `/v1.41/containers/${box}/attach?stream=1&stdout=1`, headers: { connection: 'Upgrade', upgrade: 'tcp' }, agent: false })
     req.on('upgrade', () => reject(new Error('upgraded without credentials')))
     req.on('response', (res) => {
       let body = ''
       res.on('data', (c: Buffer) => { body += c.toString() })
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, challenge: res.headers['www-authenticate'] }))
     })
     req.on('error', reject)
     req.end()
   })
   t.equal(answer.status, 401, '401')
+  t.equal(answer.challenge, 'Bearer realm="portcullis"', 'with the scheme it wants (WWW-Authenticate)')
   t.same(JSON.parse(answer.body), { message: 'authentication required: send a bearer token (Authorization: Bearer <JWT>)' }, 'in the engine\'s error shape')
   t.match(requests().slice(seen), [{ op: 'ContainerAttach', status: 401, error: { code: 'UNAUTHENTICATED' } }], 'logged as refused')
 })

@@ -39,7 +39,7 @@ t.test('requests, denials, streams and sessions show up with bounded labels', as
   const ready = await get(address, '/readyz')
   t.equal(ready.status, 200, `ready: ${ready.body}`)
 
-  const token = jwt.sign({ sub: 'mallory', tenant: 'team-a', roles: ['tenant'] }, secret, { expiresIn: 600 })
+  const token = jwt.sign({ sub: 'trudy', tenant: 'team-a', roles: ['tenant'] }, secret, { expiresIn: 600 })
   const dir = fs.mkdtempSync('/tmp/pcm-')
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   fs.writeFileSync(`${dir}/config.json`, JSON.stringify({ HttpHeaders: { Authorization: `Bearer ${token}` } }))
@@ -59,7 +59,7 @@ t.test('requests, denials, streams and sessions show up with bounded labels', as
   t.ok(value(text, 'portcullis_upstream_duration_seconds_count', { operation: 'ContainerCreate' }) >= 1, 'upstream duration observed')
   t.match(text, /portcullis_policy_info\{version="[0-9a-f]{12}"\} 1/, 'policy version exported')
   t.match(text, /portcullis_process_resident_memory_bytes \d+/, 'process metrics included')
-  t.notMatch(text, /mallory|pcm-[0-9a-f]{8}|[0-9a-f]{64}/, 'no subjects, names or ids in any label')
+  t.notMatch(text, /trudy|pcm-[0-9a-f]{8}|[0-9a-f]{64}/, 'no subjects, names or ids in any label')
   t.equal(value(text, 'portcullis_active_hijacked_sessions', {}), 0, 'no session left open')
 })
 

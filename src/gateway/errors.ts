@@ -52,7 +52,19 @@ export function toGatewayError (err: unknown): GatewayError {
   return new GatewayError('INTERNAL', 'internal gateway error', { cause: err })
 }
 
-/** The engine's error body shape. */
-export function renderError (err: GatewayError): { status: number, body: string } {
-  return { status: err.status, body: JSON.stringify({ message: err.message }) + '\n' }
+/**
+ * The engine's error body shape, and the headers the status requires
+ * (a 401 names the scheme it wants, RFC 9110 §11.6.1).
+ */
+export function renderError (err: GatewayError): { status: number, body: string, headers: Record<string, string> } {
+  const body = JSON.stringify({ message: err.message }) + '\n'
+  return {
+    status: err.status,
+    body,
+    headers: {
+      'content-type': 'application/json',
+      'content-length': String(Buffer.byteLength(body)),
+      ...(err.code === 'UNAUTHENTICATED' ? { 'www-authenticate': 'Bearer realm="portcullis"' } : {}),
+    },
+  }
 }

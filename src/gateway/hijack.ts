@@ -42,13 +42,9 @@ function upgradeHeaders (req: IncomingMessage, ctx: RequestContext, upstream: Up
 
 /** Write an error as a complete HTTP response on a socket the server has handed over. */
 export function writeSocketError (socket: Duplex, err: GatewayError): void {
-  const { status, body } = renderError(err)
+  const { status, body, headers } = renderError(err)
   if (socket.destroyed || !socket.writable) return
-  socket.end(serializeHead(`HTTP/1.1 ${status} ${statusText(status)}`, {
-    'content-type': 'application/json',
-    'content-length': String(Buffer.byteLength(body)),
-    connection: 'close',
-  }) + body)
+  socket.end(serializeHead(`HTTP/1.1 ${status} ${statusText(status)}`, { ...headers, connection: 'close' }) + body)
 }
 
 function statusText (status: number): string {

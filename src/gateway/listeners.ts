@@ -73,9 +73,9 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
     forceCloseConnections: 'idle',
     // Fastify's own early refusals (malformed URL...) in the engine's error shape.
     frameworkErrors: (err, _req, reply) => {
-      const { status, body } = renderError(new GatewayError('PATH_INVALID', `invalid request: ${err.message}`))
+      const { status, body, headers } = renderError(new GatewayError('PATH_INVALID', `invalid request: ${err.message}`))
       reply.hijack()
-      reply.raw.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) })
+      reply.raw.writeHead(status, headers)
       reply.raw.end(body)
     },
   })

@@ -248,10 +248,10 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
       try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }
-      const { status, body } = renderError(e)
+      const { status, body, headers } = renderError(e)
       // After refusing a body we did not read to its end, the connection cannot be reused.
       const close = e.code === 'BODY_TOO_LARGE' || (!req.complete && hasBody(req))
-      res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...(close ? { connection: 'close' } : {}) })
+      res.writeHead(status, { ...headers, ...(close ? { connection: 'close' } : {}) })
       res.end(body)
     } else {
       res.destroy()
