@@ -2,7 +2,8 @@
  * The request lifecycle, and the only module that knows its order:
  *
  *   listen -> route (operation id) -> authenticate -> read body -> decode, rewrite,
- *          authorize (policy) -> forward | hijack -> log (and, as they land, audit + metrics)
+ *          authorize (policy) -> forward | hijack -> audit record (before the answer
+ *          completes; at a session's start and end) -> log line + metrics
  *
  * Two entry points feed the same stages: ordinary requests from the listener's
  * fastify instance, and requests Node hands over through its `upgrade` event.
