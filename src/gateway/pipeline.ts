@@ -17,7 +17,7 @@ import { authorize, denialMessage } from '../policy/authorize'
 import type { Policy } from '../policy/engine'
 import type { AuditTrail } from '../audit'
 import { inputFromContext } from '../audit/context'
-import type { Metrics } from '../metrics'
+import type { Metrics, UpstreamErrorKind } from '../metrics'
 import type { Identity } from './authenticate'
 import { hasBody, readCapped, readUpgradeBody } from './body'
 import { resolveTarget, type ApiWindow } from './catalog/route'
@@ -213,7 +213,7 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
   if (kind) deps.metrics.upstreamError(kind)
 }
 
-const UPSTREAM_ERRORS: Partial<Record<string, 'unreachable' | 'failed' | 'timeout'>> = {
+const UPSTREAM_ERRORS: Partial<Record<string, UpstreamErrorKind>> = {
   UPSTREAM_UNREACHABLE: 'unreachable',
   UPSTREAM_FAILED: 'failed',
   UPSTREAM_TIMEOUT: 'timeout',

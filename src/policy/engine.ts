@@ -27,7 +27,7 @@ import path from 'node:path'
 import { addBinaryOp, compile as compileExpression, parse as parseExpression } from '@casbin/expression-eval'
 import { newEnforcer, newModel, StringAdapter, Util, type Enforcer } from 'casbin'
 import { parse as parseYaml } from 'yaml'
-import { operations } from '../gateway/catalog/operations'
+import { operations, type Operation } from '../gateway/catalog/operations'
 import { buildInput, type PolicyInput } from './facts'
 import { conditionFunctions } from './functions'
 import { compileRewrites, type AppliedRewrite, type RewriteRule, applyRewrites } from './rewrite'
@@ -99,25 +99,33 @@ function compileCondition (cond: string): Condition | null {
   return compileExpression(Util.bracketCompatible(Util.escapeAssertion(cond))) as Condition
 }
 
-function buildIndex (rules: string[][]): Map<string, Map<string, CompiledRule[]>> {
-  const index = new Map<string, Map<string, CompiledRule[]>>()
-  const compiled = rules.map((r, line): CompiledRule & { sub: string, op: string, kind: string } => ({
-    line, sub: r[P.sub], op: r[P.op], kind: r[P.kind], dom: r[P.dom], eft: r[P.eft] === 'deny' ? 'deny' : 'allow', id: r[P.rule], cond: compileCondition(r[P.cond]),
-  }))
-  for (const op of operations) {
-    const bySub = new Map<string, CompiledRule[]>()
-    for (const r of compiled) {
-      if (!Util.globMatch(op.id, r.op) || !Util.globMatch(op.kind, r.kind)) continue
-      const list = bySub.get(r.sub) ?? []
-      list.push(r)
-      bySub.set(r.sub, list)
-    }
-    if (bySub.size) index.set(op.id, bySub)
+/** The operations a line's operation and kind globs select; lines share few distinct patterns. */
+const selected = new Map<string, readonly Operation[]>()
+function operationsFor (opPattern: string, kindPattern: string): readonly Operation[] {
+  const key = `${opPattern}\0${kindPattern}`
+  let ops = selected.get(key)
+  if (!ops) {
+    ops = operations.filter((o) => Util.globMatch(o.id, opPattern) && Util.globMatch(o.kind, kindPattern))
+    selected.set(key, ops)
   }
+  return ops
+}
+
+function buildIndex (rules: string[][], conditions: ReadonlyArray<Condition | null>): Map<string, Map<string, CompiledRule[]>> {
+  const index = new Map<string, Map<string, CompiledRule[]>>()
+  rules.forEach((r, line) => {
+    const rule: CompiledRule = { line, dom: r[P.dom], eft: r[P.eft] === 'deny' ? 'deny' : 'allow', id: r[P.rule], cond: conditions[line] }
+    for (const op of operationsFor(r[P.op], r[P.kind])) {
+      const bySub = index.get(op.id) ?? new Map<string, CompiledRule[]>()
+      index.set(op.id, bySub)
+      const list = bySub.get(r[P.sub]) ?? []
+      list.push(rule)
+      bySub.set(r[P.sub], list)
+    }
+  })
   return index
 }
 
-const OPERATION_IDS = new Set(operations.map((o) => o.id))
 const KINDS = new Set(operations.map((o) => o.kind))
 const EFFECTS = new Set(['allow', 'deny'])
 
@@ -186,25 +194,28 @@ function unknownNames (node: Node): string[] {
   return [...new Set(out)]
 }
 
-/** Check one `p` line; conditions are compiled and run once against an empty input to catch unknown names. */
-function checkRule (where: string, rule: string[], seen: Set<string>, problems: string[]): void {
-  if (rule.length !== 7) { problems.push(`${where}: expected 7 fields (sub, tenant, operation, kind, effect, rule id, condition), got ${rule.length}`); return }
+/** A request context with empty facts, to run each condition once when it is compiled. */
+const PROBE = { r_obj: buildInput('ContainerCreate', 'container', '', new URLSearchParams(), {}), r_dom: '', r_op: 'ContainerCreate', r_kind: 'container', r_sub: [], ...conditionFunctions }
+
+/** Check one `p` line and compile its condition (run once on empty facts to catch unknown names). */
+function checkRule (where: string, rule: string[], seen: Set<string>, problems: string[]): Condition | null {
+  if (rule.length !== 7) { problems.push(`${where}: expected 7 fields (sub, tenant, operation, kind, effect, rule id, condition), got ${rule.length}`); return null }
   const opPattern = rule[P.op]
-  if (![...OPERATION_IDS].some((id) => Util.globMatch(id, opPattern))) problems.push(`${where}: operation ${JSON.stringify(opPattern)} matches no Engine API operation`)
+  if (!operationsFor(opPattern, '*').length) problems.push(`${where}: operation ${JSON.stringify(opPattern)} matches no Engine API operation`)
   if (rule[P.kind] !== '*' && !KINDS.has(rule[P.kind] as never)) problems.push(`${where}: unknown resource kind ${JSON.stringify(rule[P.kind])}`)
   if (!EFFECTS.has(rule[P.eft])) problems.push(`${where}: effect must be allow or deny, got ${JSON.stringify(rule[P.eft])}`)
   if (!/^[a-z0-9][a-z0-9-]*$/.test(rule[P.rule])) problems.push(`${where}: rule id must be lower-case letters, digits and dashes, got ${JSON.stringify(rule[P.rule])}`)
   else if (seen.has(rule[P.rule])) problems.push(`${where}: duplicate rule id ${rule[P.rule]}`)
   seen.add(rule[P.rule])
   try {
-    const expr = Util.escapeAssertion(rule[P.cond])
-    const unknown = unknownNames(parseExpression(expr) as unknown as Node)
+    const unknown = unknownNames(parseExpression(Util.escapeAssertion(rule[P.cond])) as unknown as Node)
     if (unknown.length) throw new Error(`unknown name${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}`)
-    const fn = compileExpression(expr)
-    const probe = buildInput('ContainerCreate', 'container', '', new URLSearchParams(), {})
-    fn({ r_obj: probe, r_dom: '', r_op: 'ContainerCreate', r_kind: 'container', r_sub: [], ...conditionFunctions })
+    const cond = compileCondition(rule[P.cond])
+    cond?.(PROBE)
+    return cond
   } catch (err) {
     problems.push(`${where}: condition ${JSON.stringify(rule[P.cond])} does not evaluate: ${(err as Error).message}`)
+    return null
   }
 }
 
@@ -229,9 +240,9 @@ async function compileSet (dir: string, model: string, file: string, mode: Mode,
   const seen = new Set<string>()
   const rules = await enforcer.getPolicy()
   const before = problems.length
-  rules.forEach((rule, i) => checkRule(`${file}: p line ${i + 1}`, rule, seen, problems))
+  const conditions = rules.map((rule, i) => checkRule(`${file}: p line ${i + 1}`, rule, seen, problems))
   if (problems.length > before) return null
-  return { file, mode, enforcer, index: buildIndex(rules), principals: new Map() }
+  return { file, mode, enforcer, index: buildIndex(rules, conditions), principals: new Map() }
 }
 
 function checkModel (model: string, name: string, problems: string[]): void {
