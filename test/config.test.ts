@@ -231,8 +231,11 @@ t.test('a file with many problems reports all of them', async (t) => {
   const file = join(dir, 'bad.yaml');
   writeFileSync(
     file,
+    // An absolute, short socket path: a relative one resolves under the
+    // fixture directory, whose length depends on where the checkout lives and
+    // can pass the 107-byte limit of sun_path (an extra, unexpected problem).
     `listen:
-  - unix: ./ok.sock
+  - unix: /tmp/portcullis-config-test.sock
     mode: "0999"
     group: no-such-group-portcullis
   - tcp: 127.0.0.1:70000
