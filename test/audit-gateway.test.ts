@@ -199,8 +199,8 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     t.ok(c.bytesIn > 0 && c.bytesOut > 0, `bytes each way (${c.bytesIn} in, ${c.bytesOut} out)`)
     t.ok(typeof c.durationMs === 'number' && c.durationMs > 0, 'durationMs')
     t.ok(typeof c.upstreamMs === 'number' && c.upstreamMs > 0 && c.upstreamMs <= c.durationMs!, 'upstreamMs, within durationMs')
-    const owner = c.rewrites.find((w) => w.id === 'owner-labels')
-    t.ok(owner, `owner-labels rewrite recorded (${c.rewrites.map((w) => w.id).join(', ')})`)
+    const owner = c.rewrites.find((w) => w.id === 'tenancy')
+    t.ok(owner, `owner labels recorded as the tenancy rewrite (${c.rewrites.map((w) => w.id).join(', ')})`)
     t.same(owner?.patch, [
       { op: 'add', path: '/Labels/io.portcullis.tenant', value: 'team-a' },
       { op: 'add', path: '/Labels/io.portcullis.subject', value: 'trudy' },

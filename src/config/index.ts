@@ -229,6 +229,7 @@ export function describeConfig(c: Config): JsonObject {
   if (c.metrics.listen !== undefined) metrics['listen'] = formatHostPort(c.metrics.listen);
   if (c.metrics.tenants !== undefined) metrics['tenants'] = [...c.metrics.tenants];
   out['metrics'] = metrics;
+  if (c.registries.credentials) out['registries'] = { credentials: c.registries.credentials.file, tenants: c.registries.credentials.loaded.describe() };
   out['log'] = { level: c.log.level };
   out['shutdown'] = { graceSeconds: c.shutdown.graceSeconds };
   return out;

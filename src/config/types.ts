@@ -1,3 +1,4 @@
+import type { Credentials } from '../gateway/tenancy/credentials';
 /**
  * Public types of the Portcullis configuration module.
  *
@@ -160,6 +161,8 @@ export interface Config {
   audit: AuditConfig;
   /** `tenants`: the tenants that get their own `tenant` label value; every other tenant is counted as `other`. */
   metrics: { listen?: { host: string; port: number }; tenants?: string[] };
+  /** Registry credentials the gateway holds for tenants (never shown to them). */
+  registries: { credentials: { file: string; loaded: Credentials } | null };
   log: { level: LogLevel };
   shutdown: { graceSeconds: number };
 }

@@ -12,6 +12,7 @@
  *  - Relative paths resolve against the directory holding the config file
  *    (or the working directory for the built-in defaults).
  */
+import { loadCredentials } from '../gateway/tenancy/credentials';
 import { readFileSync } from 'node:fs';
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { userInfo } from 'node:os';
@@ -110,7 +111,7 @@ export function defaultMtlsMapping(): MtlsMappingConfig {
   return { subject: ['CN'], tenant: ['O'], roles: [] };
 }
 
-const ROOT_KEYS = ['listen', 'upstream', 'api', 'limits', 'auth', 'policy', 'audit', 'metrics', 'log', 'shutdown'];
+const ROOT_KEYS = ['listen', 'upstream', 'api', 'limits', 'auth', 'policy', 'audit', 'metrics', 'log', 'shutdown', 'registries'];
 const LISTENER_KEYS = ['unix', 'tcp', 'name', 'mode', 'group', 'tls', 'identity', 'anonymous'];
 const TLS_KEYS = ['cert', 'key', 'ca'];
 const IDENTITY_KEYS = ['subject', 'tenant', 'roles'];
@@ -964,6 +965,17 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
     if (tenants !== undefined) metrics.tenants = tenants;
   }
 
+  // Registry credentials held for tenants: read (and its permissions checked) now.
+  const registriesM = section(ctx, value, 'registries', ['credentials']);
+  const credentialsFile = optStr(ctx, registriesM, new At(['registries']), 'credentials');
+  const registries: Config['registries'] = { credentials: null };
+  if (credentialsFile !== undefined) {
+    const problems: string[] = [];
+    const path = ctx.path(credentialsFile);
+    registries.credentials = { file: path, loaded: loadCredentials(path, 'registries.credentials', problems) };
+    for (const p of problems) ctx.problems.push(p);
+  }
+
   const logM = section(ctx, value, 'log', ['level']);
   const levelV = own(logM, 'level');
   const logLevel = levelV === undefined ? DEFAULTS.logLevel : oneOf(ctx, new At(['log', 'level']), levelV, LOG_LEVELS) ?? DEFAULTS.logLevel;
@@ -997,6 +1009,7 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
     policy: { dir: ctx.path(dir) },
     audit: auditCfg,
     metrics,
+    registries,
     log: { level: logLevel },
     shutdown: { graceSeconds },
   };

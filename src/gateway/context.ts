@@ -10,6 +10,7 @@ import type { Decision } from '../policy/engine'
 import type { PolicyInput } from '../policy/facts'
 import type { AppliedRewrite } from '../policy/rewrite'
 import type { GatewayError } from './errors'
+import type { ResponseFilter } from './tenancy'
 
 export interface RequestContext {
   readonly id: string
@@ -34,6 +35,12 @@ export interface RequestContext {
   audited?: 'request' | 'session'
   /** For operations with an inspected body: exactly the bytes evaluated and forwarded. */
   body?: Buffer
+  /** The request target to forward when tenancy rewrote it (full ids, owner-label filters). */
+  upstreamUrl?: string
+  /** Request headers the gateway sets upstream (registry credentials). */
+  upstreamHeaders?: Readonly<Record<string, string>>
+  /** How the answer is narrowed to the caller's tenant. */
+  respond?: ResponseFilter
   /** `upgrade` (101 relayed) or `raw` (200 + raw stream) once a hijack is established. */
   hijack?: 'upgrade' | 'raw'
   status?: number

@@ -20,6 +20,11 @@ export const errorCatalog = {
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
   POLICY_FAILED: 500,
+  // Tenancy: another tenant's object answers as a missing one; a name held by another tenant
+  NOT_FOUND: 404,
+  /** A body or query names an object the tenant does not have (the engine's 400 for VolumesFrom). */
+  REFERENCE_MISSING: 400,
+  CONFLICT: 409,
   // Upstream
   UPSTREAM_UNREACHABLE: 502,
   UPSTREAM_FAILED: 502,

@@ -7,12 +7,13 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
-import type { Readable } from 'node:stream'
+import { Transform, type Readable } from 'node:stream'
 import { hasBody } from './body'
 import { counter, declaredLength, type RequestContext } from './context'
 import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
 import type { Upstream } from './upstream'
+import type { ResponseFilter } from './tenancy'
 
 /** Request headers the gateway consumes and never passes on. */
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
@@ -20,6 +21,7 @@ export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
 export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext, upstream: Upstream): HeaderMap {
   const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
   if (upstream.host) headers.host = upstream.host
+  for (const [k, v] of Object.entries(ctx.upstreamHeaders ?? {})) headers[k] = v
   if (ctx.body) headers['content-length'] = String(ctx.body.length)
   else if (req.headers['content-length'] !== undefined && hasBody(req)) headers['content-length'] = req.headers['content-length']
   return headers
@@ -63,7 +65,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   try {
     answer = await upstream.pool.request({
       method: req.method as 'GET',
-      path: target.rawUrl,
+      path: ctx.upstreamUrl ?? target.rawUrl,
       headers: upstreamRequestHeaders(req, ctx, upstream),
       body,
       signal: abort.signal,
@@ -74,6 +76,16 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
   ctx.upstreamMs = performance.now() - sent
   ctx.status = answer.statusCode
+
+  if (ctx.respond && answer.statusCode >= 200 && answer.statusCode < 300 && req.method !== 'HEAD') {
+    try {
+      await respondFiltered(ctx, ctx.respond, answer, res, abort)
+    } finally {
+      ctx.upstreamMs = performance.now() - sent
+      res.off('close', onClientGone)
+    }
+    return
+  }
 
   // An answer without a body is complete with its head: record it before the head.
   const length = declaredLength(answer.headers)
@@ -101,5 +113,70 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   } finally {
     ctx.upstreamMs = performance.now() - sent
     res.off('close', onClientGone)
+  }
+}
+
+/** Largest JSON answer the gateway reads whole to narrow it to a tenant (lists, info). */
+const FILTERED_ANSWER_MAX = 256 * 1024 * 1024
+
+type Answer = Awaited<ReturnType<Upstream['pool']['request']>>
+
+/**
+ * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
+ * JSON-lines stream (events) passed line by line, each kept or dropped in order.
+ */
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController): Promise<void> {
+  const headers = endToEnd(answer.headers)
+  delete headers['content-length']
+  delete headers['transfer-encoding']
+  res.sendDate = false
+  if (filter.kind === 'json') {
+    const chunks: Buffer[] = []
+    let size = 0
+    for await (const chunk of answer.body) {
+      size += (chunk as Buffer).length
+      if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to filter for a tenant`)
+      chunks.push(chunk as Buffer)
+    }
+    let doc: unknown
+    try {
+      doc = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+    } catch (err) {
+      throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is not JSON; not passed to a tenant unfiltered`, { cause: err })
+    }
+    const out = Buffer.from(JSON.stringify(await filter.transform(doc)) + '\n')
+    ctx.bytesOut = out.length
+    ctx.seal?.()
+    res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
+    res.end(out)
+    return
+  }
+  res.writeHead(answer.statusCode, headers)
+  res.flushHeaders()
+  let rest = ''
+  const lines = new Transform({
+    transform (chunk: Buffer, _enc, cb) {
+      rest += chunk.toString('utf8')
+      const complete = rest.split('\n')
+      rest = complete.pop() ?? ''
+      void (async () => {
+        let out = ''
+        for (const line of complete) {
+          if (line.trim() === '') continue
+          let ev: unknown
+          try { ev = JSON.parse(line) } catch { continue }
+          if (await filter.keep(ev)) out += line + '\n'
+        }
+        cb(null, out.length ? Buffer.from(out) : undefined)
+      })().catch((err) => cb(err as Error))
+    },
+  })
+  try {
+    await pipeline(answer.body, lines, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
+  } catch {
+    if (!abort.signal.aborted) {
+      ctx.aborted ??= 'upstream-error'
+      res.destroy()
+    }
   }
 }

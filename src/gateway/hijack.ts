@@ -84,7 +84,7 @@ function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: ()
 export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('hijack before routing')
-  const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: target.rawUrl, headers: upgradeHeaders(client.req, ctx, upstream) })
+  const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: ctx.upstreamUrl ?? target.rawUrl, headers: upgradeHeaders(client.req, ctx, upstream) })
   const sent = performance.now()
 
   return await new Promise<void>((resolve, reject) => {

@@ -12,6 +12,7 @@ import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
 import { Metrics } from '../metrics'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
+import { Credentials, Tenancy } from './tenancy'
 
 export interface Gateway {
   readonly listeners: readonly Listening[]
@@ -40,12 +41,14 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   const audit = AuditTrail.open(config.audit, log)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit }
+  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log)
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
   } catch (err) {
     await Promise.allSettled(listeners.map((l) => l.app.close()))
+    tenancy.close()
     await upstream.close()
     await audit.close()
     throw err
@@ -77,6 +80,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
         return
       }
       log.level = next.log.level
+      tenancy.setCredentials(next.registries.credentials?.loaded ?? new Credentials())
       for (const l of listeners) {
         const now = next.listen.find((n) => n.name === l.config.name)
         if (now?.kind === 'tcp' && now.tls && 'setSecureContext' in l.server) {
@@ -87,7 +91,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       const after = describeConfig(next)
       const restartNeeded = ['listen', 'upstream', 'api', 'limits'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
       if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
-      current = { ...current, log: next.log, auth: next.auth }
+      current = { ...current, log: next.log, auth: next.auth, registries: next.registries }
       log.info('configuration reloaded')
     },
     async close (): Promise<void> {
@@ -99,6 +103,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       await inflight.drain(config.shutdown.graceSeconds * 1000)
       for (const l of listeners) l.server.closeAllConnections()
       await closing
+      tenancy.close()
       await upstream.close()
       await metricsServer?.close()
       await audit.close()

@@ -2,8 +2,10 @@
  * The request lifecycle, and the only module that knows its order:
  *
  *   listen -> route (operation id) -> authenticate -> read body -> decode, rewrite,
- *          authorize (policy) -> forward | hijack -> audit record (before the answer
- *          completes; at a session's start and end) -> log line + metrics
+ *          authorize (policy) -> scope to the tenant (ownership, references, owner
+ *          labels, quotas, registry credentials) -> forward | hijack (answers narrowed
+ *          to the tenant) -> audit record (before the answer completes; at a session's
+ *          start and end) -> log line + metrics
  *
  * Two entry points feed the same stages: ordinary requests from the listener's
  * fastify instance, and requests Node hands over through its `upgrade` event.
@@ -27,6 +29,8 @@ import { forward } from './forward'
 import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
 import { execInfo, type Upstream } from './upstream'
+import { encodeBody } from '../policy/body/decode'
+import type { Tenancy } from './tenancy'
 
 export interface GatewayDeps {
   readonly api: ApiWindow
@@ -40,6 +44,7 @@ export interface GatewayDeps {
   readonly policy: () => Policy
   readonly metrics: Metrics
   readonly audit: AuditTrail
+  readonly tenancy: Tenancy
 }
 
 /** What is in progress, so that shutdown can drain requests and close long streams. */
@@ -94,12 +99,13 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
  * Decode the body as the engine will, apply the policy's rewrites, evaluate, and keep
  * exactly the bytes evaluated as the bytes to forward. A denial names the rule.
  */
-async function inspect (deps: GatewayDeps, ctx: RequestContext): Promise<unknown> {
+async function inspect (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<unknown> {
   const target = ctx.target!
   const identity = ctx.identity!
+  const policy = deps.policy()
   let result
   try {
-    result = await authorize(deps.policy(), identity, target, ctx.body)
+    result = await authorize(policy, identity, target, ctx.body)
   } catch (err) {
     if (isGatewayError(err)) throw err
     throw new GatewayError('POLICY_FAILED', `policy evaluation failed for ${target.operation.id}`, { cause: err })
@@ -110,11 +116,39 @@ async function inspect (deps: GatewayDeps, ctx: RequestContext): Promise<unknown
   ctx.facts = evaluation.input
   ctx.decodedBody = evaluation.body
   if (evaluation.decision.decision === 'deny') throw new GatewayError('FORBIDDEN', denialMessage(identity, target, evaluation))
+  ctx.body = body
+  const scoped = await scope(deps, ctx, req, policy)
   // Fail closed before the engine acts: a request is only forwarded when its audit
   // record can be written (unless the operator chose audit.onFailure: open).
   if (deps.audit.onFailure === 'closed' && !deps.audit.healthy()) throw new GatewayError('AUDIT_UNAVAILABLE', 'the audit trail cannot be written; request refused')
-  ctx.body = body
-  return evaluation.body
+  return scoped
+}
+
+/**
+ * Scope an allowed request to the caller's tenant. What it changes (full ids, filters,
+ * owner labels, credentials) is what is forwarded, and is recorded as a rewrite; a
+ * refusal is recorded as a denial by the tenancy rule that made it.
+ */
+async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, policy: Policy): Promise<unknown> {
+  let scoped
+  try {
+    const clientAuth = req.headers['x-registry-auth']
+    scoped = await deps.tenancy.scope(ctx.identity!, ctx.target!, ctx.decodedBody, policy.tenancy, typeof clientAuth === 'string' ? clientAuth : undefined)
+  } catch (err) {
+    const rule = (err as { tenancyRule?: string }).tenancyRule
+    if (rule && ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
+    throw err
+  }
+  if (!scoped) return ctx.decodedBody
+  if (scoped.url) ctx.upstreamUrl = scoped.url
+  if (scoped.body !== undefined) {
+    ctx.body = encodeBody(scoped.body)
+    ctx.decodedBody = scoped.body
+  }
+  if (scoped.patch.length) ctx.rewrites = [...(ctx.rewrites ?? []), { id: 'tenancy', patch: scoped.patch }]
+  if (Object.keys(scoped.setHeaders).length) ctx.upstreamHeaders = scoped.setHeaders
+  if (scoped.respond) ctx.respond = scoped.respond
+  return ctx.decodedBody
 }
 
 /**
@@ -233,7 +267,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
-    const body = await inspect(deps, ctx)
+    const body = await inspect(deps, ctx, req)
     if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
@@ -274,7 +308,7 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
     const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
     ctx.body = body
-    await inspect(deps, ctx)
+    await inspect(deps, ctx, req)
     await execCommand(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
     await sessionExit(deps, ctx)

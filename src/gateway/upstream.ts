@@ -10,6 +10,7 @@ import net from 'node:net'
 import https from 'node:https'
 import { Pool } from 'undici'
 import type { UpstreamConfig } from '../config'
+import { upstreamError } from './forward'
 
 export interface Upstream {
   readonly url: string
@@ -57,6 +58,29 @@ export function createUpstream (cfg: UpstreamConfig): Upstream {
 
 function hostPort (host: string, port: number): string {
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`
+}
+
+/**
+ * A small JSON request of the gateway's own to the engine (ownership lookups, counts):
+ * status and parsed body. Throws the upstream error kinds when the engine cannot be reached.
+ */
+export async function engineJson (upstream: Upstream, method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number, body: unknown }> {
+  let res
+  try {
+    res = await upstream.pool.request({
+      method,
+      path,
+      headers: { ...(upstream.host ? { host: upstream.host } : {}), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      signal: AbortSignal.timeout(30_000),
+    })
+  } catch (err) {
+    throw upstreamError(err, upstream.url)
+  }
+  const text = await res.body.text()
+  let parsed: unknown = null
+  try { parsed = text ? JSON.parse(text) : null } catch { parsed = text }
+  return { status: res.statusCode, body: parsed }
 }
 
 /**

@@ -30,6 +30,7 @@ import { parse as parseYaml } from 'yaml'
 import { operations, type Operation } from '../gateway/catalog/operations'
 import { buildInput, type PolicyInput } from './facts'
 import { conditionFunctions } from './functions'
+import { compileTenancy, DEFAULT_TENANCY, type TenancySettings } from './tenancy'
 import { compileRewrites, type AppliedRewrite, type RewriteRule, applyRewrites } from './rewrite'
 
 export type Mode = 'enforce' | 'audit'
@@ -64,6 +65,8 @@ export interface Policy {
   readonly dir: string
   /** sha256 over every file the policy was compiled from (first 12 hex digits). */
   readonly version: string
+  /** How objects are scoped to tenants (tenancy.yaml; defaults without one). */
+  readonly tenancy: TenancySettings
   evaluate (who: Principal, request: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation>
 }
 
@@ -132,7 +135,7 @@ const EFFECTS = new Set(['allow', 'deny'])
 /** The columns of a `p` line, as the model names them. */
 const P = { sub: 0, dom: 1, op: 2, kind: 3, eft: 4, rule: 5, cond: 6 } as const
 
-function readManifest (dir: string, problems: string[]): { model: string, policies: Array<{ file: string, mode: Mode }>, rewrites?: string } | null {
+function readManifest (dir: string, problems: string[]): { model: string, policies: Array<{ file: string, mode: Mode }>, rewrites?: string, tenancy?: string } | null {
   const file = path.join(dir, 'policy.yaml')
   let doc: unknown
   try {
@@ -141,11 +144,12 @@ function readManifest (dir: string, problems: string[]): { model: string, polici
     problems.push(`policy.yaml: ${(err as Error).message.split('\n')[0]}`)
     return null
   }
-  const m = doc as { model?: unknown, policies?: unknown, rewrites?: unknown }
+  const m = doc as { model?: unknown, policies?: unknown, rewrites?: unknown, tenancy?: unknown }
   if (m === null || typeof m !== 'object') { problems.push('policy.yaml: expected a mapping'); return null }
-  for (const k of Object.keys(m)) if (!['model', 'policies', 'rewrites'].includes(k)) problems.push(`policy.yaml: ${k}: unknown key`)
+  for (const k of Object.keys(m)) if (!['model', 'policies', 'rewrites', 'tenancy'].includes(k)) problems.push(`policy.yaml: ${k}: unknown key`)
   if (typeof m.model !== 'string') problems.push('policy.yaml: model: expected a file name')
   if (m.rewrites !== undefined && typeof m.rewrites !== 'string') problems.push('policy.yaml: rewrites: expected a file name')
+  if (m.tenancy !== undefined && typeof m.tenancy !== 'string') problems.push('policy.yaml: tenancy: expected a file name')
   const policies: Array<{ file: string, mode: Mode }> = []
   if (!Array.isArray(m.policies) || m.policies.length === 0) {
     problems.push('policy.yaml: policies: expected a non-empty list of { file, mode }')
@@ -161,7 +165,7 @@ function readManifest (dir: string, problems: string[]): { model: string, polici
     if (!policies.some((p) => p.mode === 'enforce')) problems.push('policy.yaml: policies: at least one policy must be in enforce mode')
   }
   if (typeof m.model !== 'string') return null
-  return { model: m.model, policies, ...(typeof m.rewrites === 'string' ? { rewrites: m.rewrites } : {}) }
+  return { model: m.model, policies, ...(typeof m.rewrites === 'string' ? { rewrites: m.rewrites } : {}), ...(typeof m.tenancy === 'string' ? { tenancy: m.tenancy } : {}) }
 }
 
 interface Node { type: string, name?: string, callee?: Node, object?: Node, computed?: boolean, property?: Node, [k: string]: unknown }
@@ -327,15 +331,17 @@ export async function loadPolicy (dir: string): Promise<Policy> {
   }
   let rewrites: RewriteRule[] = []
   if (manifest.rewrites) rewrites = compileRewrites(path.join(dir, manifest.rewrites), manifest.rewrites, problems)
+  const tenancy = manifest.tenancy ? compileTenancy(path.join(dir, manifest.tenancy), manifest.tenancy, problems) : DEFAULT_TENANCY
   if (problems.length) throw new PolicyError(dir, problems)
 
-  const version = digest(dir, ['policy.yaml', manifest.model, ...manifest.policies.map((p) => p.file), ...(manifest.rewrites ? [manifest.rewrites] : [])])
+  const version = digest(dir, ['policy.yaml', manifest.model, ...manifest.policies.map((p) => p.file), ...(manifest.rewrites ? [manifest.rewrites] : []), ...(manifest.tenancy ? [manifest.tenancy] : [])])
   const enforcing = sets.filter((s) => s.mode === 'enforce')
   const auditing = sets.filter((s) => s.mode === 'audit')
 
   return Object.freeze({
     dir,
     version,
+    tenancy,
     async evaluate (who: Principal, req: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation> {
       const dom = who.tenant ?? ''
       const roles = await principals(enforcing[0], who, dom)

@@ -1,0 +1,95 @@
+/**
+ * The tenancy stage: after the policy has allowed a request, scope it to the
+ * caller's tenant (see operations.ts). Unscoped roles (admin) pass untouched; any
+ * other identity needs a tenant. The result says what to forward instead of what
+ * was received (full ids in the path, the owner-label filter in the query, owner
+ * labels in the body, the gateway's registry credentials) and how to filter the answer.
+ */
+import type { Logger } from 'pino'
+import type { Identity } from '../authenticate'
+import type { Target } from '../catalog/route'
+import type { TenancySettings } from '../../policy/tenancy'
+import type { PatchOp } from '../../policy/rewrite'
+import { GatewayError } from '../errors'
+import { engineJson, type Upstream } from '../upstream'
+import { Call, type ResponseFilter } from './call'
+import { Credentials } from './credentials'
+import { OwnerCache, Resolver, watchEvents } from './lookup'
+import { handlers } from './operations'
+
+export { Credentials, loadCredentials } from './credentials'
+export type { ResponseFilter } from './call'
+
+export interface Scoped {
+  /** The request target to send, when it differs from the one received. */
+  readonly url?: string
+  /** The decoded body to send, when the stage changed it, and the JSON Patch recording how. */
+  readonly body?: unknown
+  readonly patch: readonly PatchOp[]
+  readonly setHeaders: Readonly<Record<string, string>>
+  readonly respond?: ResponseFilter
+}
+
+export class Tenancy {
+  readonly cache = new OwnerCache()
+  private readonly resolver: Resolver
+  private readonly stopWatching: () => void
+
+  constructor (private readonly upstream: Upstream, private credentials: Credentials, log: Logger) {
+    this.resolver = new Resolver(upstream, this.cache)
+    this.stopWatching = watchEvents(upstream, this.cache, log)
+  }
+
+  setCredentials (c: Credentials): void { this.credentials = c }
+
+  /** Null when the identity is unscoped (sees every object). */
+  static tenantOf (identity: Identity, settings: TenancySettings): string | null {
+    return identity.roles.some((r) => settings.unscopedRoles.includes(r)) ? null : identity.tenant ?? ''
+  }
+
+  async scope (identity: Identity, target: Target, body: unknown, settings: TenancySettings, clientRegistryAuth: string | undefined): Promise<Scoped | null> {
+    const tenant = Tenancy.tenantOf(identity, settings)
+    if (tenant === null) return null
+    const op = target.operation
+    const handler = handlers[op.id]
+    if (!handler) throw new GatewayError('FORBIDDEN', `${op.id} has no tenant scoping; refused for subject ${identity.subject}`)
+    if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion'].includes(op.id)) {
+      throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
+    }
+    const call = new Call(op, target.params, target.query, structuredCloneBody(body), tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)
+    await handler(call)
+    return {
+      ...(call.paramsChanged || call.queryChanged ? { url: buildUrl(target, call.params, call.queryChanged ? call.query : null) } : {}),
+      ...(call.bodyChanged ? { body: call.body } : {}),
+      patch: call.patch,
+      setHeaders: call.setHeaders,
+      ...(call.respond ? { respond: call.respond } : {}),
+    }
+  }
+
+  /** Whether the engine answers (used by readiness). */
+  async ping (): Promise<boolean> {
+    try { return (await engineJson(this.upstream, 'GET', '/_ping')).status === 200 } catch { return false }
+  }
+
+  close (): void { this.stopWatching() }
+}
+
+/** Decoded bodies hold JsonNumbers (class instances): copy plain containers, keep the leaves. */
+function structuredCloneBody (v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(structuredCloneBody)
+  if (v !== null && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
+    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, structuredCloneBody(x)]))
+  }
+  return v
+}
+
+/** The request target with new path parameters and/or query, in the version the client asked for. */
+function buildUrl (target: Target, params: Record<string, string>, query: URLSearchParams | null): string {
+  const path = target.operation.path.replace(/\{(\w+)(\*?)\}/g, (_m, name: string, multi: string) =>
+    multi ? params[name].split('/').map(encodeURIComponent).join('/') : encodeURIComponent(params[name]))
+  const version = target.apiVersion ? `/v${target.apiVersion}` : ''
+  const q = target.rawUrl.indexOf('?')
+  const search = query ? query.toString() : q < 0 ? '' : target.rawUrl.slice(q + 1)
+  return `${version}${path}${search ? '?' + search : ''}`
+}

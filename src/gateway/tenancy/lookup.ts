@@ -1,0 +1,266 @@
+/**
+ * Ownership lookups on the engine. Every reference a tenant gives (full id, id prefix
+ * or name) is resolved among the tenant's own objects only, the way the engine
+ * resolves it (full id, then exact name, then unique id prefix), and the request is
+ * then sent with the full id: the engine acts on exactly the object that was checked,
+ * even if a name changes hands in between.
+ *
+ * Only full ids are cached (an id is never reused; owner labels are fixed at create,
+ * and the gateway restamps them on every update). Entries are dropped when the
+ * engine's event stream reports the object destroyed or updated; while that stream
+ * is down nothing is cached. Names and prefixes are always resolved afresh.
+ */
+import type { Logger } from 'pino'
+import { GatewayError } from '../errors'
+import { engineJson, type Upstream } from '../upstream'
+import { serializeFilters, withLabel } from './filters'
+
+export const TENANT_LABEL = 'io.portcullis.tenant'
+export const SUBJECT_LABEL = 'io.portcullis.subject'
+
+export type ObjectKind = 'container' | 'volume' | 'network' | 'exec' | 'service' | 'task' | 'secret' | 'config' | 'image'
+
+/** What a reference names, from one tenant's point of view. */
+export type Resolution =
+  | { readonly state: 'own', readonly id: string, readonly name?: string }
+  /** Visible but not the tenant's: shared images, the predefined networks. */
+  | { readonly state: 'shared', readonly id: string, readonly name?: string }
+  | { readonly state: 'missing' }
+
+type Labels = Record<string, string> | null | undefined
+const FULL_ID = /^[0-9a-f]{64}$/
+const SWARM_ID = /^[0-9a-z]{25}$/
+/** Networks every engine has; tenants may attach to bridge and none, and nobody owns them. */
+export const PREDEFINED_NETWORKS = new Set(['bridge', 'host', 'none'])
+
+export function ownerOf (labels: Labels): string | null {
+  const v = labels?.[TENANT_LABEL]
+  return typeof v === 'string' ? v : null
+}
+
+export class OwnerCache {
+  private readonly owners = new Map<string, string | null>()
+  private readonly parents = new Map<string, string>()
+  live = false
+
+  get (id: string): string | null | undefined { return this.live ? this.owners.get(id) : undefined }
+  set (id: string, owner: string | null): void { if (this.live && this.owners.size < 100_000) this.owners.set(id, owner) }
+  /** An exec's or task's container/service, immutable for its life. */
+  parent (id: string): string | undefined { return this.live ? this.parents.get(id) : undefined }
+  setParent (id: string, parent: string): void { if (this.live && this.parents.size < 100_000) this.parents.set(id, parent) }
+  evict (id: string): void { this.owners.delete(id); this.parents.delete(id) }
+  clear (): void { this.owners.clear(); this.parents.clear() }
+  get size (): number { return this.owners.size + this.parents.size }
+}
+
+const EVICTING = new Set(['destroy', 'delete', 'remove', 'update', 'untag', 'prune'])
+
+/**
+ * Follow the engine's event stream and evict what it reports gone or changed.
+ * The cache is live only while the stream is connected.
+ */
+export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger): () => void {
+  let stopped = false
+  let abort: AbortController | null = null
+  const loop = async (): Promise<void> => {
+    while (!stopped) {
+      abort = new AbortController()
+      try {
+        const res = await upstream.pool.request({ method: 'GET', path: '/events', headers: upstream.host ? { host: upstream.host } : {}, signal: abort.signal })
+        if (res.statusCode !== 200) throw new Error(`events answered ${res.statusCode}`)
+        cache.clear()
+        cache.live = true
+        let rest = ''
+        for await (const chunk of res.body) {
+          rest += (chunk as Buffer).toString('utf8')
+          let nl
+          while ((nl = rest.indexOf('\n')) >= 0) {
+            const line = rest.slice(0, nl)
+            rest = rest.slice(nl + 1)
+            try {
+              const ev = JSON.parse(line) as { Action?: string, Actor?: { ID?: string } }
+              const action = (ev.Action ?? '').split(':')[0]
+              if (ev.Actor?.ID && EVICTING.has(action)) cache.evict(ev.Actor.ID)
+            } catch { /* a line the gateway cannot read: drop everything to stay correct */ cache.clear() }
+          }
+        }
+      } catch (err) {
+        if (!stopped) log.warn({ err: { message: (err as Error).message } }, 'engine event stream lost; ownership cache off until it is back')
+      } finally {
+        cache.live = false
+        cache.clear()
+      }
+      if (!stopped) await new Promise((resolve) => setTimeout(resolve, 1000).unref())
+    }
+  }
+  void loop()
+  return () => { stopped = true; abort?.abort() }
+}
+
+function enc (s: string): string { return encodeURIComponent(s) }
+
+export class Resolver {
+  constructor (private readonly upstream: Upstream, readonly cache: OwnerCache) {}
+
+  async get (path: string): Promise<{ status: number, body: any }> {
+    const r = await engineJson(this.upstream, 'GET', path)
+    if (r.status >= 500) throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path.split('?')[0]}`)
+    return r as { status: number, body: any }
+  }
+
+  /** The tenant's objects of a kind, listed with the owner-label filter. */
+  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string): Promise<any[]> {
+    const filters = enc(serializeFilters(withLabel(new Map(), `${TENANT_LABEL}=${tenant}`)))
+    const path = {
+      container: `/containers/json?all=1&filters=${filters}`,
+      network: `/networks?filters=${filters}`,
+      volume: `/volumes?filters=${filters}`,
+      service: `/services?filters=${filters}`,
+      secret: `/secrets?filters=${filters}`,
+      config: `/configs?filters=${filters}`,
+      image: `/images/json?all=1&filters=${filters}`,
+    }[kind]
+    const r = await this.get(path)
+    if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `listing ${kind}s for an ownership check failed (${r.status})`)
+    const list = kind === 'volume' ? r.body?.Volumes : r.body
+    // Defence in depth: keep only what carries the label, whatever the engine did with the filter.
+    return (Array.isArray(list) ? list : []).filter((o) => ownerOf(o.Labels ?? o.Spec?.Labels) === tenant)
+  }
+
+  /** A full id's owner label, cached; undefined when the engine does not know the id. */
+  private async ownerById (kind: ObjectKind, id: string, path: string, labels: (body: any) => Labels): Promise<string | null | undefined> {
+    const hit = this.cache.get(id)
+    if (hit !== undefined) return hit
+    const r = await this.get(path)
+    if (r.status === 404) return undefined
+    if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up ${kind} ${id} failed (${r.status})`)
+    const owner = ownerOf(labels(r.body))
+    this.cache.set(id, owner)
+    return owner
+  }
+
+  /** Match a reference the way the engine does, among `list`: full id, exact name, unique id prefix. */
+  private match (ref: string, list: Array<{ id: string, names: string[] }>): { id: string, name?: string } | null {
+    const exact = list.find((o) => o.id === ref)
+    if (exact) return { id: exact.id, ...(exact.names[0] ? { name: exact.names[0] } : {}) }
+    const named = list.filter((o) => o.names.includes(ref))
+    if (named.length === 1) return { id: named[0].id, name: ref }
+    if (named.length > 1) throw new GatewayError('NOT_FOUND', `${ref} is ambiguous: more than one object has that name`)
+    const prefixed = list.filter((o) => o.id.startsWith(ref))
+    if (prefixed.length === 1) return { id: prefixed[0].id, ...(prefixed[0].names[0] ? { name: prefixed[0].names[0] } : {}) }
+    if (prefixed.length > 1) throw new GatewayError('NOT_FOUND', `Multiple IDs found with provided prefix: ${ref}`)
+    return null
+  }
+
+  async container (ref: string, tenant: string): Promise<Resolution> {
+    const name = ref.startsWith('/') ? ref.slice(1) : ref
+    if (FULL_ID.test(name)) {
+      const owner = await this.ownerById('container', name, `/containers/${name}/json`, (b) => b?.Config?.Labels)
+      if (owner !== undefined) return owner === tenant ? { state: 'own', id: name } : { state: 'missing' }
+    }
+    if (name === '') return { state: 'missing' }
+    const list = (await this.ownList('container', tenant)).map((c) => ({ id: String(c.Id), names: (c.Names ?? []).map((n: string) => n.replace(/^\//, '')) }))
+    const m = this.match(name, list)
+    return m ? { state: 'own', ...m } : { state: 'missing' }
+  }
+
+  async network (ref: string, tenant: string): Promise<Resolution> {
+    if (FULL_ID.test(ref)) {
+      const owner = await this.ownerById('network', ref, `/networks/${ref}`, (b) => b?.Labels)
+      if (owner === tenant) return { state: 'own', id: ref }
+    }
+    const list = (await this.ownList('network', tenant)).map((n) => ({ id: String(n.Id), names: [String(n.Name)] }))
+    const m = this.match(ref, list)
+    if (m) return { state: 'own', ...m }
+    // The predefined networks are nobody's: visible (and attachable, as policy allows) to all.
+    const r = await this.get(`/networks/${enc(ref)}`)
+    if (r.status === 200 && PREDEFINED_NETWORKS.has(r.body?.Name) && ownerOf(r.body?.Labels) === null && (r.body?.Scope === 'local')) {
+      return { state: 'shared', id: String(r.body.Id), name: String(r.body.Name) }
+    }
+    return { state: 'missing' }
+  }
+
+  async volume (name: string, tenant: string): Promise<Resolution> {
+    if (name === '') return { state: 'missing' }
+    const r = await this.get(`/volumes/${enc(name)}`)
+    if (r.status === 404) return { state: 'missing' }
+    if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up volume ${name} failed (${r.status})`)
+    return ownerOf(r.body?.Labels) === tenant ? { state: 'own', id: name, name } : { state: 'missing' }
+  }
+
+  /** Whether a volume of that name exists at all (any owner). */
+  async volumeExists (name: string): Promise<boolean> {
+    return (await this.get(`/volumes/${enc(name)}`)).status === 200
+  }
+
+  async exec (id: string, tenant: string): Promise<Resolution> {
+    let container = this.cache.parent(id)
+    if (container === undefined) {
+      const r = await this.get(`/exec/${enc(id)}/json`)
+      if (r.status !== 200) return { state: 'missing' }
+      container = String(r.body?.ContainerID ?? '')
+      if (r.body?.ID === id) this.cache.setParent(id, container)
+    }
+    const c = FULL_ID.test(container) ? await this.container(container, tenant) : { state: 'missing' as const }
+    return c.state === 'own' ? { state: 'own', id } : { state: 'missing' }
+  }
+
+  private async swarmObject (kind: 'service' | 'secret' | 'config', ref: string, tenant: string): Promise<Resolution> {
+    if (SWARM_ID.test(ref)) {
+      const owner = await this.ownerById(kind, ref, `/${kind}s/${ref}`, (b) => b?.Spec?.Labels)
+      if (owner === tenant) return { state: 'own', id: ref }
+    }
+    const list = (await this.ownList(kind, tenant)).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')] }))
+    const m = this.match(ref, list)
+    return m ? { state: 'own', ...m } : { state: 'missing' }
+  }
+
+  async service (ref: string, tenant: string): Promise<Resolution> { return this.swarmObject('service', ref, tenant) }
+  async secret (ref: string, tenant: string): Promise<Resolution> { return this.swarmObject('secret', ref, tenant) }
+  async config (ref: string, tenant: string): Promise<Resolution> { return this.swarmObject('config', ref, tenant) }
+
+  async task (ref: string, tenant: string): Promise<Resolution> {
+    let service = SWARM_ID.test(ref) ? this.cache.parent(ref) : undefined
+    let id = ref
+    if (service === undefined) {
+      const r = await this.get(`/tasks/${enc(ref)}`)
+      if (r.status !== 200) return { state: 'missing' }
+      id = String(r.body?.ID)
+      service = String(r.body?.ServiceID ?? '')
+      this.cache.setParent(id, service)
+    }
+    const s = service ? await this.service(service, tenant) : { state: 'missing' as const }
+    return s.state === 'own' && s.id === service ? { state: 'own', id } : { state: 'missing' }
+  }
+
+  /**
+   * Images are a shared catalog: visible unless another tenant's owner label marks
+   * them (an image built or committed by that tenant).
+   */
+  async image (ref: string, tenant: string): Promise<Resolution | { readonly state: 'foreign' }> {
+    const r = await this.get(`/images/${ref.split('/').map(enc).join('/')}/json`)
+    if (r.status !== 200) return { state: 'missing' }
+    const owner = ownerOf(r.body?.Config?.Labels)
+    if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }
+    if (owner === null) return { state: 'shared', id: String(r.body?.Id) }
+    return { state: 'foreign' }
+  }
+
+  /** A create of the gateway's own (volumes a container create would make implicitly). */
+  async create (path: string, body: unknown): Promise<{ status: number, body: unknown }> {
+    return engineJson(this.upstream, 'POST', path, body)
+  }
+
+  /** Which tenant (or nobody: null; or no such object: undefined) holds a name. */
+  async nameHolder (kind: 'container' | 'network' | 'service' | 'secret' | 'config', name: string): Promise<string | null | undefined> {
+    const filters = enc(JSON.stringify({ name: { [kind === 'container' ? `^/?${escapeRegExp(name)}$` : name]: true } }))
+    const path = { container: `/containers/json?all=1&filters=${filters}`, network: `/networks?filters=${filters}`, service: `/services?filters=${filters}`, secret: `/secrets?filters=${filters}`, config: `/configs?filters=${filters}` }[kind]
+    const r = await this.get(path)
+    if (r.status !== 200 || !Array.isArray(r.body)) return undefined
+    const exact = (r.body as any[]).find((o) => kind === 'container' ? (o.Names ?? []).includes('/' + name) : (o.Name ?? o.Spec?.Name) === name)
+    if (!exact) return undefined
+    return ownerOf(exact.Labels ?? exact.Spec?.Labels)
+  }
+}
+
+function escapeRegExp (s: string): string { return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') }

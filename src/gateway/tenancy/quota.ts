@@ -1,0 +1,90 @@
+/**
+ * Per-tenant quotas (tenancy.yaml `quotas`): number of containers, sum of memory and
+ * CPU limits, number of volumes. Usage is counted on the engine at the moment of the
+ * request: the tenant's own containers (those a swarm service runs are counted through
+ * their service instead) plus each own service's replicas times its limits.
+ */
+import { quotaFor, type Quota } from '../../policy/tenancy'
+import { refuse, type Call } from './call'
+
+export interface Usage { containers: number, memory: number, nanoCpus: number }
+
+const num = (v: unknown): number => { const n = Number(v ?? 0); return Number.isFinite(n) && n > 0 ? n : 0 }
+
+/** CPU limit in nano-CPUs from NanoCpus or CpuQuota/CpuPeriod (0: unlimited). */
+export function cpuOf (hc: any): number {
+  if (num(hc?.NanoCpus)) return num(hc.NanoCpus)
+  if (num(hc?.CpuQuota) && num(hc?.CpuPeriod)) return Math.round(num(hc.CpuQuota) * 1e9 / num(hc.CpuPeriod))
+  return 0
+}
+
+export function serviceReplicas (spec: any, nodes: number): number {
+  if (spec?.Mode?.Global !== undefined) return nodes
+  const r = spec?.Mode?.Replicated?.Replicas
+  return r === undefined || r === null ? 1 : num(r)
+}
+
+export function serviceUsage (spec: any, nodes: number): Usage {
+  const replicas = serviceReplicas(spec, nodes)
+  const limits = spec?.TaskTemplate?.Resources?.Limits ?? {}
+  return { containers: replicas, memory: replicas * num(limits.MemoryBytes), nanoCpus: replicas * num(limits.NanoCPUs) }
+}
+
+/** What the tenant uses now, leaving out one container or service being replaced. */
+export async function usage (call: Call, except?: { container?: string, service?: string }): Promise<Usage> {
+  const total: Usage = { containers: 0, memory: 0, nanoCpus: 0 }
+  const containers = (await call.r.ownList('container', call.tenant)).filter((c) => !c.Labels?.['com.docker.swarm.service.id'] && c.Id !== except?.container)
+  const inspected = await Promise.all(containers.map(async (c) => (await call.r.get(`/containers/${c.Id}/json`)).body))
+  for (const c of inspected) {
+    if (!c?.HostConfig) continue
+    total.containers++
+    total.memory += num(c.HostConfig.Memory)
+    total.nanoCpus += cpuOf(c.HostConfig)
+  }
+  const swarm = await call.r.get('/services')
+  if (swarm.status === 200) {
+    const nodes = await nodeCount(call)
+    for (const s of (await call.r.ownList('service', call.tenant)).filter((s) => s.ID !== except?.service)) add(total, serviceUsage(s.Spec, nodes))
+  }
+  return total
+}
+
+export async function nodeCount (call: Call): Promise<number> {
+  const r = await call.r.get('/nodes')
+  return r.status === 200 && Array.isArray(r.body) ? Math.max(1, r.body.length) : 1
+}
+
+function add (a: Usage, b: Usage): void { a.containers += b.containers; a.memory += b.memory; a.nanoCpus += b.nanoCpus }
+
+function gib (n: number): string { return `${(n / 1024 ** 3).toFixed(2).replace(/\.?0+$/, '')} GiB` }
+function cpus (n: number): string { return `${(n / 1e9).toFixed(3).replace(/\.?0+$/, '')}` }
+
+/** Refuse with a 403 naming the quota when `adding` on top of the current usage passes a limit. */
+export async function checkQuota (call: Call, adding: Usage, except?: { container?: string, service?: string }): Promise<void> {
+  const q: Quota = quotaFor(call.settings, call.tenant)
+  if (q.containers === undefined && q.memory === undefined && q.nanoCpus === undefined) return
+  const now = await usage(call, except)
+  const after = { containers: now.containers + adding.containers, memory: now.memory + adding.memory, nanoCpus: now.nanoCpus + adding.nanoCpus }
+  if (q.containers !== undefined && adding.containers > 0 && after.containers > q.containers) {
+    throw refuse('quota-containers', `quota exceeded for tenant ${call.tenant}: containers ${after.containers} > ${q.containers} (${now.containers} in use)`)
+  }
+  if (q.memory !== undefined && adding.memory > 0 && after.memory > q.memory) {
+    throw refuse('quota-memory', `quota exceeded for tenant ${call.tenant}: memory limits ${gib(after.memory)} > ${gib(q.memory)} (${gib(now.memory)} in use)`)
+  }
+  if (q.memory !== undefined && adding.containers > 0 && adding.memory === 0) {
+    throw refuse('quota-memory', `tenant ${call.tenant} has a memory quota: set a memory limit (--memory)`)
+  }
+  if (q.nanoCpus !== undefined && adding.nanoCpus > 0 && after.nanoCpus > q.nanoCpus) {
+    throw refuse('quota-cpus', `quota exceeded for tenant ${call.tenant}: CPU limits ${cpus(after.nanoCpus)} > ${cpus(q.nanoCpus)} CPUs (${cpus(now.nanoCpus)} in use)`)
+  }
+  if (q.nanoCpus !== undefined && adding.containers > 0 && adding.nanoCpus === 0) {
+    throw refuse('quota-cpus', `tenant ${call.tenant} has a CPU quota: set a CPU limit (--cpus)`)
+  }
+}
+
+export async function checkVolumeQuota (call: Call, adding: number): Promise<void> {
+  const q = quotaFor(call.settings, call.tenant)
+  if (q.volumes === undefined || adding <= 0) return
+  const now = (await call.r.ownList('volume', call.tenant)).length
+  if (now + adding > q.volumes) throw refuse('quota-volumes', `quota exceeded for tenant ${call.tenant}: volumes ${now + adding} > ${q.volumes} (${now} in use)`)
+}

@@ -1,0 +1,107 @@
+/**
+ * Answers narrowed to one tenant: SystemInfo's counts and host details,
+ * SystemDataUsage's objects, and the event stream.
+ */
+import type { Call } from './call'
+import { ownerOf, PREDEFINED_NETWORKS, TENANT_LABEL } from './lookup'
+
+const list = (v: unknown): any[] => (Array.isArray(v) ? v : [])
+
+/** The zero value of a field's type, so that clients still find the field. */
+function zero (v: unknown): unknown {
+  if (Array.isArray(v)) return []
+  if (v === null) return null
+  switch (typeof v) {
+    case 'string': return ''
+    case 'number': return 0
+    case 'boolean': return false
+    case 'object': return {}
+    default: return null
+  }
+}
+
+function hide (doc: any, path: string): void {
+  const keys = path.split('.')
+  let node = doc
+  for (const k of keys.slice(0, -1)) {
+    node = node?.[k]
+    if (node === null || typeof node !== 'object') return
+  }
+  const last = keys[keys.length - 1]
+  if (Object.hasOwn(node, last)) node[last] = zero(node[last])
+}
+
+export async function filterInfo (call: Call, info: any): Promise<unknown> {
+  const containers = await call.r.ownList('container', call.tenant)
+  const state = (s: string): number => containers.filter((c) => c.State === s).length
+  const images = await visibleImages(call)
+  const out = { ...info, Swarm: info?.Swarm ? { ...info.Swarm } : info?.Swarm }
+  out.Containers = containers.length
+  out.ContainersRunning = state('running')
+  out.ContainersPaused = state('paused')
+  out.ContainersStopped = containers.length - out.ContainersRunning - out.ContainersPaused
+  out.Images = images.length
+  for (const p of call.settings.infoHide) hide(out, p)
+  return out
+}
+
+async function visibleImages (call: Call): Promise<any[]> {
+  const r = await call.r.get('/images/json')
+  return list(r.body).filter((i) => [null, call.tenant].includes(ownerOf(i?.Labels)))
+}
+
+export async function filterDataUsage (call: Call, df: any): Promise<unknown> {
+  const images = list(df?.Images).filter((i) => [null, call.tenant].includes(ownerOf(i?.Labels)))
+  return {
+    ...df,
+    // The sizes of the images the tenant sees (layers shared between them count once per image).
+    LayersSize: images.reduce((sum, i) => sum + (Number(i?.Size) || 0), 0),
+    Images: images,
+    Containers: list(df?.Containers).filter((c) => ownerOf(c?.Labels) === call.tenant),
+    Volumes: list(df?.Volumes).filter((v) => ownerOf(v?.Labels) === call.tenant),
+    BuildCache: [],
+  }
+}
+
+/**
+ * Which events a tenant sees: those of its own containers (their labels are in the
+ * event), images it built, volumes, networks, services, secrets and configs it owns,
+ * and the predefined networks' connects of its own containers. Objects are looked up
+ * as their events come (remembered per stream, so that their destroy is still seen).
+ */
+export function filterEvents (call: Call): (event: any) => Promise<boolean> {
+  const seen = new Map<string, boolean>()
+  const remember = (id: string, mine: boolean): boolean => {
+    if (seen.size > 50_000) seen.clear()
+    seen.set(id, mine)
+    return mine
+  }
+  const ownBy = async (kind: 'volume' | 'network' | 'service' | 'secret' | 'config', id: string): Promise<boolean> => {
+    const known = seen.get(`${kind}:${id}`)
+    if (known !== undefined) return known
+    let mine = false
+    try {
+      const res = kind === 'volume' ? await call.r.volume(id, call.tenant) : kind === 'network' ? await call.r.network(id, call.tenant) : await call.r[kind](id, call.tenant)
+      mine = res.state === 'own'
+    } catch { mine = false }
+    return remember(`${kind}:${id}`, mine)
+  }
+  return async (ev: any): Promise<boolean> => {
+    const attrs = ev?.Actor?.Attributes ?? {}
+    const id = String(ev?.Actor?.ID ?? ev?.id ?? '')
+    switch (ev?.Type) {
+      case 'container': return attrs[TENANT_LABEL] === call.tenant
+      case 'image': return attrs[TENANT_LABEL] === call.tenant
+      case 'volume': return ownBy('volume', id)
+      case 'network': {
+        if (await ownBy('network', id)) return true
+        if (!PREDEFINED_NETWORKS.has(attrs.name) || !attrs.container) return false
+        const known = seen.get(`container:${attrs.container}`)
+        if (known !== undefined) return known
+        return remember(`container:${attrs.container}`, (await call.r.container(attrs.container, call.tenant).catch(() => ({ state: 'missing' }))).state === 'own')
+      }
+      case 'service': case 'secret': case 'config': return ownBy(ev.Type, id)
+      default: return false
+    }
+  }
+}

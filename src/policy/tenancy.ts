@@ -1,0 +1,155 @@
+/**
+ * Tenancy settings, declared in the policy directory (tenancy.yaml, named by
+ * policy.yaml's `tenancy:` key) so that operators review them with the rules:
+ *
+ *   unscopedRoles: [admin]            # roles that see and act on every object
+ *   imageNamespace: "{tenant}"        # tags and pushes: [registry/]<namespace>/...
+ *   registries:
+ *     allowed: [docker.io, "127.0.0.1:*"]   # pull/push/login only from these
+ *     tenantCredentials: strip        # strip | allow: a tenant's own X-Registry-Auth
+ *   info:
+ *     hide: [Name, ID, DockerRootDir]  # SystemInfo fields tenants do not see
+ *   quotas:
+ *     default: { containers: 50, memory: 32GiB, cpus: 16, volumes: 50 }
+ *     tenants: { team-a: { containers: 100 } }
+ *
+ * Everything is checked when the policy loads; problems are reported with the rest.
+ */
+import fs from 'node:fs'
+import { parse as parseYaml } from 'yaml'
+
+export interface Quota {
+  readonly containers?: number
+  /** Bytes: the sum of the containers' (and service replicas') memory limits. */
+  readonly memory?: number
+  /** Nano-CPUs: the sum of the CPU limits. */
+  readonly nanoCpus?: number
+  readonly volumes?: number
+}
+
+export interface TenancySettings {
+  readonly unscopedRoles: readonly string[]
+  /** `{tenant}` is replaced by the caller's tenant. */
+  readonly imageNamespace: string
+  readonly registries: { readonly allowed: readonly string[], readonly tenantCredentials: 'strip' | 'allow' }
+  readonly infoHide: readonly string[]
+  readonly quotas: { readonly default: Quota, readonly tenants: Readonly<Record<string, Quota>> }
+}
+
+export const DEFAULT_INFO_HIDE = Object.freeze([
+  'ID', 'Name', 'DockerRootDir', 'HttpProxy', 'HttpsProxy', 'NoProxy', 'Labels', 'SystemStatus', 'Plugins', 'Runtimes',
+  'ContainerdCommit', 'RuncCommit', 'InitCommit', 'Warnings', 'KernelVersion', 'OperatingSystem', 'OSVersion', 'IndexServerAddress',
+])
+
+export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
+  unscopedRoles: Object.freeze(['admin']),
+  imageNamespace: '{tenant}',
+  registries: Object.freeze({ allowed: Object.freeze(['docker.io']), tenantCredentials: 'strip' as const }),
+  infoHide: DEFAULT_INFO_HIDE,
+  quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
+})
+
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas']
+const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
+const UNITS: Record<string, number> = { '': 1, b: 1, k: 1024, kb: 1024, kib: 1024, m: 1024 ** 2, mb: 1024 ** 2, mib: 1024 ** 2, g: 1024 ** 3, gb: 1024 ** 3, gib: 1024 ** 3, t: 1024 ** 4, tb: 1024 ** 4, tib: 1024 ** 4 }
+
+function stringList (v: unknown, at: string, problems: string[]): string[] | null {
+  if (Array.isArray(v) && v.every((x) => typeof x === 'string' && x !== '')) return v
+  problems.push(`${at}: expected a list of non-empty strings`)
+  return null
+}
+
+function mapping (v: unknown, at: string, keys: readonly string[], problems: string[]): Record<string, unknown> | null {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) { problems.push(`${at}: expected a mapping`); return null }
+  for (const k of Object.keys(v)) if (!keys.includes(k)) problems.push(`${at}.${k}: unknown key`)
+  return v as Record<string, unknown>
+}
+
+/** `32GiB`, `512m`, `1073741824` → bytes. */
+export function parseBytes (v: unknown): number | null {
+  if (typeof v === 'number') return Number.isSafeInteger(v) && v >= 0 ? v : null
+  if (typeof v !== 'string') return null
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(v)
+  const unit = m ? UNITS[m[2].toLowerCase()] : undefined
+  if (!m || unit === undefined) return null
+  const n = Math.round(Number(m[1]) * unit)
+  return Number.isSafeInteger(n) ? n : null
+}
+
+function quota (v: unknown, at: string, problems: string[]): Quota {
+  const m = mapping(v, at, QUOTA_KEYS, problems)
+  if (!m) return {}
+  const out: { -readonly [K in keyof Quota]: Quota[K] } = {}
+  for (const k of ['containers', 'volumes'] as const) {
+    if (m[k] === undefined || m[k] === null) continue
+    if (Number.isSafeInteger(m[k]) && (m[k] as number) >= 0) out[k] = m[k] as number
+    else problems.push(`${at}.${k}: expected a whole number >= 0`)
+  }
+  if (m.memory !== undefined && m.memory !== null) {
+    const b = parseBytes(m.memory)
+    if (b === null) problems.push(`${at}.memory: expected bytes (e.g. 32GiB, 512MiB or a number), got ${JSON.stringify(m.memory)}`)
+    else out.memory = b
+  }
+  if (m.cpus !== undefined && m.cpus !== null) {
+    if (typeof m.cpus === 'number' && m.cpus >= 0 && Number.isFinite(m.cpus)) out.nanoCpus = Math.round(m.cpus * 1e9)
+    else problems.push(`${at}.cpus: expected a number of CPUs >= 0 (e.g. 4 or 0.5)`)
+  }
+  return Object.freeze(out)
+}
+
+export function compileTenancy (file: string, name: string, problems: string[]): TenancySettings {
+  let doc: unknown
+  try {
+    doc = parseYaml(fs.readFileSync(file, 'utf8'))
+  } catch (err) {
+    problems.push(`${name}: ${(err as Error).message.split('\n')[0]}`)
+    return DEFAULT_TENANCY
+  }
+  if (doc === null || doc === undefined) return DEFAULT_TENANCY
+  const m = mapping(doc, name, KEYS, problems)
+  if (!m) return DEFAULT_TENANCY
+  const unscopedRoles = m.unscopedRoles === undefined ? DEFAULT_TENANCY.unscopedRoles : stringList(m.unscopedRoles, `${name}: unscopedRoles`, problems) ?? []
+  let imageNamespace = DEFAULT_TENANCY.imageNamespace
+  if (m.imageNamespace !== undefined) {
+    if (typeof m.imageNamespace === 'string' && /^[a-z0-9{}._-]+(\/[a-z0-9{}._-]+)*$/.test(m.imageNamespace) && m.imageNamespace.includes('{tenant}')) imageNamespace = m.imageNamespace
+    else problems.push(`${name}: imageNamespace: expected a repository path containing {tenant}, e.g. "{tenant}" or "teams/{tenant}"`)
+  }
+  let registries = DEFAULT_TENANCY.registries
+  if (m.registries !== undefined) {
+    const r = mapping(m.registries, `${name}: registries`, ['allowed', 'tenantCredentials'], problems)
+    if (r) {
+      const allowed = r.allowed === undefined ? registries.allowed : stringList(r.allowed, `${name}: registries.allowed`, problems) ?? []
+      const tc = r.tenantCredentials ?? 'strip'
+      if (tc !== 'strip' && tc !== 'allow') problems.push(`${name}: registries.tenantCredentials: expected strip or allow`)
+      registries = Object.freeze({ allowed: Object.freeze([...allowed]), tenantCredentials: tc === 'allow' ? 'allow' : 'strip' })
+    }
+  }
+  let infoHide = DEFAULT_TENANCY.infoHide
+  if (m.info !== undefined) {
+    const i = mapping(m.info, `${name}: info`, ['hide'], problems)
+    if (i && i.hide !== undefined) infoHide = Object.freeze(stringList(i.hide, `${name}: info.hide`, problems) ?? [])
+  }
+  let quotas = DEFAULT_TENANCY.quotas
+  if (m.quotas !== undefined) {
+    const q = mapping(m.quotas, `${name}: quotas`, ['default', 'tenants'], problems)
+    if (q) {
+      const tenants: Record<string, Quota> = {}
+      if (q.tenants !== undefined) {
+        const t = mapping(q.tenants, `${name}: quotas.tenants`, Object.keys(q.tenants ?? {}), problems)
+        for (const [tenant, v] of Object.entries(t ?? {})) tenants[tenant] = quota(v, `${name}: quotas.tenants.${tenant}`, problems)
+      }
+      quotas = Object.freeze({ default: q.default === undefined ? {} : quota(q.default, `${name}: quotas.default`, problems), tenants: Object.freeze(tenants) })
+    }
+  }
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas })
+}
+
+/** The tenant's quota: its own entry's limits over the default's. */
+export function quotaFor (settings: TenancySettings, tenant: string): Quota {
+  return { ...settings.quotas.default, ...(Object.hasOwn(settings.quotas.tenants, tenant) ? settings.quotas.tenants[tenant] : {}) }
+}
+
+/** Whether `host` (a registry host as in an image reference, e.g. `127.0.0.1:5000`) is allowed. `*` matches any run of characters. */
+export function registryAllowed (settings: TenancySettings, host: string): boolean {
+  return settings.registries.allowed.some((p) => new RegExp(`^${p.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`, 'i').test(host))
+}
