@@ -1,6 +1,7 @@
 // Checks the real-engine harness: the engine tap's before script started is up,
-// speaks API 1.41 and has the test image.
+// speaks API 1.41, has the test image and is in swarm mode.
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { api, dockerCli, dockerEnv, readState } from './engine/engine';
@@ -34,4 +35,58 @@ t.test('docker run through the CLI', async (t) => {
     env: dockerEnv(info),
   });
   t.equal(stdout, 'hello\n');
+});
+
+t.test('engine is a single-node swarm manager', async (t) => {
+  const res = await api(info.socket, 'GET', '/info');
+  t.equal(res.status, 200);
+  const { Swarm } = JSON.parse(res.body) as { Swarm: { LocalNodeState: string; ControlAvailable: boolean; Nodes: number } };
+  t.equal(Swarm.LocalNodeState, 'active');
+  t.equal(Swarm.ControlAvailable, true, 'a manager');
+  t.equal(Swarm.Nodes, 1);
+});
+
+t.test('a service runs a task with the test image', async (t) => {
+  const name = `harness-${randomBytes(4).toString('hex')}`;
+  const spec = {
+    Name: name,
+    Labels: { 'io.portcullis.test': 'engine-harness' },
+    // sleep as PID 1 ignores SIGTERM: a short grace period, so removal does not wait 10 s.
+    TaskTemplate: { ContainerSpec: { Image: info.image, Command: ['sleep', '300'], StopGracePeriod: 1e9 } },
+    Mode: { Replicated: { Replicas: 1 } },
+  };
+  const created = await api(info.socket, 'POST', '/services/create', 30_000, spec);
+  t.equal(created.status, 201, `created: ${created.body}`);
+  const { ID: id } = JSON.parse(created.body) as { ID: string };
+  t.teardown(() => api(info.socket, 'DELETE', `/services/${id}`));
+
+  interface Task {
+    Status: { State: string; Err?: string; ContainerStatus?: { ContainerID?: string } };
+  }
+  const filters = encodeURIComponent(JSON.stringify({ service: [id] }));
+  let tasks: Task[] = [];
+  const deadline = Date.now() + 30_000;
+  while (!tasks.some((task) => task.Status.State === 'running') && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 200));
+    tasks = JSON.parse((await api(info.socket, 'GET', `/tasks?filters=${filters}`)).body) as Task[];
+  }
+  const running = tasks.find((task) => task.Status.State === 'running');
+  t.ok(running, `a running task: ${JSON.stringify(tasks.map((task) => task.Status))}`);
+  const container = JSON.parse(
+    (await api(info.socket, 'GET', `/containers/${running?.Status.ContainerStatus?.ContainerID}/json`)).body,
+  ) as { Config: { Image: string; Entrypoint: string[] }; State: { Running: boolean } };
+  t.match(container.Config.Image, info.image);
+  t.same(container.Config.Entrypoint, ['sleep', '300'], "a service's Command is the container's entrypoint");
+  t.equal(container.State.Running, true);
+
+  t.equal((await api(info.socket, 'DELETE', `/services/${id}`)).status, 200, 'removed');
+  t.equal((await api(info.socket, 'GET', `/services/${id}`)).status, 404);
+  // The task's container goes a moment later: wait, so no other test file sees it.
+  const gone = Date.now() + 30_000;
+  let status = 200;
+  while (status !== 404 && Date.now() < gone) {
+    await new Promise((r) => setTimeout(r, 200));
+    status = (await api(info.socket, 'GET', `/containers/${running?.Status.ContainerStatus?.ContainerID}/json`)).status;
+  }
+  t.equal(status, 404, "the task's container is removed too");
 });

@@ -2,8 +2,9 @@
 //
 // startEngine() runs a dockerd of its own (data, exec root, socket, logs and its
 // own containerd all under one directory), detached so that it outlives the
-// process that started it, and loads a busybox test image without any registry.
-// stopEngine() tears all of it down again.
+// process that started it, loads a busybox test image without any registry, and
+// makes it a single-node swarm manager (for services, tasks, secrets, configs and
+// nodes). stopEngine() tears all of it down again.
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as http from 'node:http';
@@ -26,6 +27,10 @@ export const STATE_FILE = path.join(REPO_ROOT, '.engine', 'state.json');
 const BUSYBOX = '/bin/busybox'; // the static one, from busybox-static
 const DOCKER_INIT = '/usr/bin/docker-init'; // tini, shipped by docker.io
 const START_TIMEOUT_MS = 60_000;
+const SWARM_TIMEOUT_MS = 30_000;
+// A single-node swarm on loopback: the engine has a network namespace of its own,
+// so nothing else can reach (or collide with) its port 2377.
+const SWARM_INIT = { ListenAddr: '127.0.0.1:2377', AdvertiseAddr: '127.0.0.1' };
 const TERM_TIMEOUT_MS = 20_000;
 const KILL_TIMEOUT_MS = 5_000;
 // Unix socket paths must fit in sun_path (108 bytes with the NUL); the longest
@@ -175,6 +180,7 @@ export async function startEngine(dir: string): Promise<EngineInfo> {
     await waitForPing(info.socket, failure);
     info.pid = Number(fs.readFileSync(path.join(dir, 'dockerd.pid'), 'utf8').trim());
     await ensureImage(info);
+    await ensureSwarm(info);
     return info;
   } catch (err) {
     const tail = logTail(path.join(dir, 'dockerd.log'), 40);
@@ -251,9 +257,12 @@ interface Reply {
   body: string;
 }
 
-export function api(socket: string, method: string, urlPath: string, timeoutMs = 30_000): Promise<Reply> {
+/** One request to the engine; a body is sent as JSON. */
+export function api(socket: string, method: string, urlPath: string, timeoutMs = 30_000, body?: unknown): Promise<Reply> {
+  const json = body === undefined ? undefined : JSON.stringify(body);
+  const headers = json === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(json) };
   return new Promise((resolve, reject) => {
-    const req = http.request({ socketPath: socket, method, path: urlPath, timeout: timeoutMs }, (res) => {
+    const req = http.request({ socketPath: socket, method, path: urlPath, timeout: timeoutMs, headers }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (body += chunk));
@@ -262,7 +271,7 @@ export function api(socket: string, method: string, urlPath: string, timeoutMs =
     });
     req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath}: timed out`)));
     req.on('error', reject);
-    req.end();
+    req.end(json);
   });
 }
 
@@ -281,13 +290,56 @@ async function waitForPing(socket: string, failure: () => string | undefined): P
   }
 }
 
-/** Leaves swarm mode and removes every container, so no shims outlive dockerd. */
+interface SwarmInfo {
+  LocalNodeState?: string;
+  ControlAvailable?: boolean;
+  Error?: string;
+}
+
+async function swarmInfo(info: EngineInfo): Promise<SwarmInfo> {
+  return (JSON.parse((await api(info.socket, 'GET', '/info')).body) as { Swarm?: SwarmInfo }).Swarm ?? {};
+}
+
+/**
+ * Removes services, secrets and configs, leaves swarm mode and removes every
+ * container, so no shims outlive dockerd.
+ */
 async function emptyEngine(info: EngineInfo): Promise<void> {
-  const sys = JSON.parse((await api(info.socket, 'GET', '/info')).body) as { Swarm?: { LocalNodeState?: string } };
-  const swarm = sys.Swarm?.LocalNodeState;
-  if (swarm && swarm !== 'inactive') await api(info.socket, 'POST', '/swarm/leave?force=1', 60_000);
+  const swarm = await swarmInfo(info);
+  if (swarm.LocalNodeState && swarm.LocalNodeState !== 'inactive') {
+    // Services first: secrets and configs in use by one cannot be removed.
+    if (swarm.ControlAvailable) {
+      for (const kind of ['services', 'secrets', 'configs']) {
+        const res = await api(info.socket, 'GET', `/${kind}`);
+        const list = res.status === 200 ? (JSON.parse(res.body) as { ID: string }[]) : [];
+        await Promise.all(list.map((x) => api(info.socket, 'DELETE', `/${kind}/${x.ID}`)));
+      }
+    }
+    const left = await api(info.socket, 'POST', '/swarm/leave?force=1', 60_000);
+    if (left.status !== 200) console.error(`# leaving swarm mode: ${left.status} ${left.body.trim()}`);
+  }
   const list = JSON.parse((await api(info.socket, 'GET', '/containers/json?all=1')).body) as { Id: string }[];
   await Promise.all(list.map((c) => api(info.socket, 'DELETE', `/containers/${c.Id}?force=1&v=1`, 60_000)));
+}
+
+/** Makes the engine a single-node swarm manager, and waits until its node is ready. */
+async function ensureSwarm(info: EngineInfo): Promise<void> {
+  if ((await swarmInfo(info)).LocalNodeState !== 'active') {
+    const res = await api(info.socket, 'POST', '/swarm/init', SWARM_TIMEOUT_MS, SWARM_INIT);
+    if (res.status !== 200) throw new Error(`POST /swarm/init: ${res.status} ${res.body.trim()}`);
+  }
+  const deadline = Date.now() + SWARM_TIMEOUT_MS;
+  for (;;) {
+    const swarm = await swarmInfo(info);
+    const nodes = await api(info.socket, 'GET', '/nodes');
+    const list = nodes.status === 200 ? (JSON.parse(nodes.body) as { Status?: { State?: string } }[]) : [];
+    const ready = list.length > 0 && list.every((n) => n.Status?.State === 'ready');
+    if (swarm.LocalNodeState === 'active' && swarm.ControlAvailable && ready) return;
+    if (Date.now() > deadline) {
+      throw new Error(`swarm mode not ready within ${SWARM_TIMEOUT_MS / 1000} s: ${JSON.stringify(swarm)}, nodes ${nodes.body.trim()}`);
+    }
+    await sleep(100);
+  }
 }
 
 async function ensureImage(info: EngineInfo): Promise<void> {
