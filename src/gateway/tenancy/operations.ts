@@ -370,6 +370,9 @@ async function serviceReferences (call: Call): Promise<void> {
   // engine yet is pulled by the swarm (from a registry, with the request's credentials).
   const image = str(cs?.Image)
   if (image && (await call.r.image(image, call.tenant)).state === 'foreign') throw missing('image', image, call.op.id, 'body')
+  // The swarm pulls the image with the request's X-Registry-Auth: the gateway's credentials.
+  const parsed = image ? parseImageRef(image) : null
+  if (parsed) registryAuth(call, parsed.registry, 'pulling the service image')
 }
 
 const serviceCreate: Handler = async (call) => {

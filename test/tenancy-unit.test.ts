@@ -1,0 +1,106 @@
+// The tenancy stage's pure parts, without an engine: every catalog operation has a
+// tenancy handler, filters and image references are read as the engine reads them,
+// tenancy.yaml and the registry credentials file are checked.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import t from 'tap'
+import { operations } from '../src/gateway/catalog/operations'
+import { handlers } from '../src/gateway/tenancy/operations'
+import { parseFilters, serializeFilters, withLabel } from '../src/gateway/tenancy/filters'
+import { familiar, inNamespace, looksLikeImageId, parseImageRef } from '../src/gateway/tenancy/images'
+import { loadCredentials } from '../src/gateway/tenancy/credentials'
+import { compileTenancy, parseBytes, quotaFor, registryAllowed, DEFAULT_TENANCY } from '../src/policy/tenancy'
+import { GatewayError } from '../src/gateway/errors'
+
+t.test('every operation of the catalog has a tenancy handler, and no handler names an unknown operation', async (t) => {
+  const ids = new Set(operations.map((o) => o.id))
+  for (const id of ids) t.type(handlers[id], 'function', `${id} is scoped for tenants`)
+  t.same(Object.keys(handlers).filter((k) => !ids.has(k)), [], 'no stray handlers')
+})
+
+t.test('filters: both JSON forms, terms added by ANDed label, one canonical serialization', async (t) => {
+  const q = (s: string): URLSearchParams => new URLSearchParams({ filters: s })
+  t.same([...parseFilters(q('{"label":["a=b"],"status":["exited"]}')).entries()].map(([k, v]) => [k, [...v]]), [['label', ['a=b']], ['status', ['exited']]])
+  t.same([...parseFilters(q('{"label":{"a=b":true,"off":false}}')).get('label')!], ['a=b'], 'set form; false entries dropped')
+  t.equal(parseFilters(new URLSearchParams('')).size, 0, 'none given')
+  const scoped = withLabel(parseFilters(q('{"label":["x=1"]}')), 'io.portcullis.tenant=team-a')
+  t.same(JSON.parse(serializeFilters(scoped)), { label: { 'x=1': true, 'io.portcullis.tenant=team-a': true } })
+  const refused = (f: () => unknown, code: string, why: string): void => {
+    try { f(); t.fail(`${why}: not refused`) } catch (err) { t.ok(err instanceof GatewayError && err.code === code, `${why}: ${(err as Error).message}`) }
+  }
+  refused(() => parseFilters(new URLSearchParams('filters=%7B%7D&filters=%7B%7D')), 'PATH_AMBIGUOUS', 'given twice (Go reads the first, others the last)')
+  refused(() => parseFilters(q('not json')), 'BODY_INVALID', 'not JSON')
+  refused(() => parseFilters(q('{"label":"a=b"}')), 'BODY_INVALID', 'a bare string is not a filter list')
+  refused(() => parseFilters(q('[1]')), 'BODY_INVALID', 'a list is not a filter object')
+})
+
+t.test('image references as the engine reads them', async (t) => {
+  t.same(parseImageRef('busybox'), { registry: 'docker.io', path: 'library/busybox' })
+  t.same(parseImageRef('team-a/app:1'), { registry: 'docker.io', path: 'team-a/app', tag: '1' })
+  t.same(parseImageRef('127.0.0.1:5000/team-a/app:1'), { registry: '127.0.0.1:5000', path: 'team-a/app', tag: '1' })
+  t.same(parseImageRef('localhost/team-a/app'), { registry: 'localhost', path: 'team-a/app' })
+  t.same(parseImageRef('index.docker.io/team-a/app'), { registry: 'docker.io', path: 'team-a/app' })
+  t.match(parseImageRef(`team-a/app@sha256:${'a'.repeat(64)}`), { path: 'team-a/app', digest: `sha256:${'a'.repeat(64)}` })
+  t.same(parseImageRef('Team-A/app'), { registry: 'Team-A', path: 'app' }, 'an upper-case first component is a registry host, as in distribution/reference')
+  t.equal(parseImageRef('a//b'), null)
+  t.ok(inNamespace(parseImageRef('127.0.0.1:5000/team-a/app')!, 'team-a'))
+  t.notOk(inNamespace(parseImageRef('team-ab/app')!, 'team-a'), 'a namespace is a whole path component')
+  t.notOk(inNamespace(parseImageRef('team-a')!, 'team-a'), 'library/team-a is not in team-a/')
+  t.equal(familiar('busybox'), 'busybox:latest')
+  t.equal(familiar('busybox:1'), 'busybox:1')
+  t.ok(looksLikeImageId('sha256:abcd'))
+  t.ok(looksLikeImageId('0123456789ab'))
+  t.notOk(looksLikeImageId('busybox'))
+})
+
+t.test('tenancy.yaml: defaults, every problem reported, quotas per tenant over the default', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pct-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const file = path.join(dir, 'tenancy.yaml')
+  fs.writeFileSync(file, 'unscopedRoles: [admin, auditor]\nregistries: { allowed: ["127.0.0.1:*"] }\nquotas:\n  default: { containers: 10, memory: 8GiB, cpus: 2 }\n  tenants: { team-a: { containers: 3, volumes: 1 } }\n')
+  const problems: string[] = []
+  const s = compileTenancy(file, 'tenancy.yaml', problems)
+  t.same(problems, [])
+  t.same(s.unscopedRoles, ['admin', 'auditor'])
+  t.same(quotaFor(s, 'team-a'), { containers: 3, memory: 8 * 1024 ** 3, nanoCpus: 2e9, volumes: 1 })
+  t.same(quotaFor(s, 'team-b'), { containers: 10, memory: 8 * 1024 ** 3, nanoCpus: 2e9 })
+  t.ok(registryAllowed(s, '127.0.0.1:5000'))
+  t.notOk(registryAllowed(s, 'docker.io'))
+  t.notOk(registryAllowed(s, '127.0.0.1.evil.example:5000'), 'a wildcard is anchored: no suffix tricks')
+  t.ok(registryAllowed(DEFAULT_TENANCY, 'docker.io'))
+  t.equal(parseBytes('512MiB'), 512 * 1024 ** 2)
+  t.equal(parseBytes('1.5g'), 1.5 * 1024 ** 3)
+  t.equal(parseBytes('lots'), null)
+
+  fs.writeFileSync(file, 'imageNamespace: shared\nregistries: { tenantCredentials: maybe }\nquotas: { default: { memory: lots, cpus: -1, pods: 3 } }\nsurprise: 1\n')
+  const bad: string[] = []
+  compileTenancy(file, 'tenancy.yaml', bad)
+  t.same(bad.sort(), [
+    'tenancy.yaml.surprise: unknown key',
+    'tenancy.yaml: imageNamespace: expected a repository path containing {tenant}, e.g. "{tenant}" or "teams/{tenant}"',
+    'tenancy.yaml: quotas.default.cpus: expected a number of CPUs >= 0 (e.g. 4 or 0.5)',
+    'tenancy.yaml: quotas.default.memory: expected bytes (e.g. 32GiB, 512MiB or a number), got "lots"',
+    'tenancy.yaml: quotas.default.pods: unknown key',
+    'tenancy.yaml: registries.tenantCredentials: expected strip or allow',
+  ].sort())
+})
+
+t.test('registry credentials: the file must be private; its content is checked', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pct-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const file = path.join(dir, 'creds.yaml')
+  fs.writeFileSync(file, 'team-a:\n  "127.0.0.1:5000": { username: u, password: p }\n  docker.io: { identitytoken: tok }\nteam-b:\n  r.example: { username: only }\n', { mode: 0o600 })
+  const problems: string[] = []
+  const c = loadCredentials(file, 'registries.credentials', problems)
+  t.same(problems, ['registries.credentials: ' + file + ': team-b.r.example: give username and password, or identitytoken'])
+  t.same(c.get('team-a', '127.0.0.1:5000'), { username: 'u', password: 'p' })
+  t.equal(c.get('team-b', '127.0.0.1:5000'), undefined)
+  t.same(JSON.parse(Buffer.from(c.header(c.get('team-a', '127.0.0.1:5000'), '127.0.0.1:5000'), 'base64url').toString()), { username: 'u', password: 'p', serveraddress: '127.0.0.1:5000' })
+  t.equal(Buffer.from(c.header(undefined, 'x'), 'base64url').toString(), '{}', 'no credentials: an empty auth, as the CLI sends')
+  t.same(c.describe(), { 'team-a': ['127.0.0.1:5000', 'docker.io'], 'team-b': [] }, 'described without values')
+  fs.chmodSync(file, 0o644)
+  const open: string[] = []
+  loadCredentials(file, 'registries.credentials', open)
+  t.match(open[0], /accessible to group or others \(mode 0644\).*chmod 600/)
+})
