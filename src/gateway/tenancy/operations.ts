@@ -258,6 +258,18 @@ const imageBuild: Handler = async (call) => {
     throw refuse('build-remote', 'building from a remote URL makes the engine fetch it: not available to tenants (send the context)')
   }
   for (const ref of parseJsonList(call, 'cachefrom')) await visibleImage(call, ref)
+  // BuildKit exporters (API 1.40+) can name images too: those names obey the namespace.
+  const outputs = call.query.get('outputs')
+  if (outputs) {
+    let parsed: unknown
+    try { parsed = JSON.parse(outputs) } catch { throw new GatewayError('BODY_INVALID', 'invalid outputs parameter: not JSON') }
+    for (const o of list(parsed)) {
+      const attrs = (o as any)?.Attrs ?? (o as any)?.attrs ?? {}
+      for (const [k, v] of Object.entries(attrs)) {
+        if (k.toLowerCase() === 'name') for (const n of str(v).split(',')) if (n.trim()) mustBeInNamespace(call, n.trim(), 'build output')
+      }
+    }
+  }
   let labels: Record<string, string> = {}
   const raw = call.query.get('labels')
   if (raw) {
