@@ -368,10 +368,11 @@ async function ensureImage(info: EngineInfo): Promise<void> {
 
 /**
  * What the tests need from Debian: the engine, the busybox the test image is made of,
- * and the real clients the compatibility tests drive (docker-py and compose 1.29).
+ * the real clients the compatibility tests drive (docker-py and compose 1.29), and a
+ * registry with htpasswd authentication (test/helpers/registry.ts).
  */
 // busybox-static, not busybox: only its /bin/busybox can be copied into an empty image.
-const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose'];
+const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils'];
 
 async function ensurePackages(): Promise<void> {
   const missing: string[] = [];
