@@ -29,7 +29,9 @@ export class Credentials {
   /** The X-Registry-Auth value the docker CLI would send for these credentials. */
   header (auth: RegistryAuth | undefined, registry: string): string {
     const doc = auth ? { ...auth, serveraddress: registry } : {}
-    return Buffer.from(JSON.stringify(doc)).toString('base64url')
+    // URL-safe base64 *with* padding: dockerd decodes it with Go's base64.URLEncoding
+    // and silently treats an unpadded value as no credentials at all.
+    return Buffer.from(JSON.stringify(doc)).toString('base64').replace(/\+/g, '-').replace(/\//g, '_')
   }
 
   /** Which tenants have credentials for how many registries (never the values). */
