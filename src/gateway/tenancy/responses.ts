@@ -51,13 +51,18 @@ async function visibleImages (call: Call): Promise<any[]> {
 }
 
 export async function filterDataUsage (call: Call, df: any): Promise<unknown> {
+  const containers = list(df?.Containers).filter((c) => ownerOf(c?.Labels) === call.tenant)
+  // An image's Containers counts every container using it, other tenants' too: only the tenant's own are counted.
+  const using = new Map<string, number>()
+  for (const c of containers) using.set(String(c?.ImageID), (using.get(String(c?.ImageID)) ?? 0) + 1)
   const images = list(df?.Images).filter((i) => [null, call.tenant].includes(ownerOf(i?.Labels)))
+    .map((i) => typeof i?.Containers === 'number' && i.Containers >= 0 ? { ...i, Containers: using.get(String(i.Id)) ?? 0 } : i)
   return {
     ...df,
     // The sizes of the images the tenant sees (layers shared between them count once per image).
     LayersSize: images.reduce((sum, i) => sum + (Number(i?.Size) || 0), 0),
     Images: images,
-    Containers: list(df?.Containers).filter((c) => ownerOf(c?.Labels) === call.tenant),
+    Containers: containers,
     Volumes: list(df?.Volumes).filter((v) => ownerOf(v?.Labels) === call.tenant),
     BuildCache: [],
   }
