@@ -230,11 +230,43 @@ t.test('docker ps -a, volume ls, network ls: own objects only', async (t) => {
     const images = await as(who, ['images', '-q', '--no-trunc'])
     t.same(leaks(images.stdout.toString(), theirs), [], `${who}: docker images does not list the other tenant's built image`)
     // Looking the other's objects up by name answers as if they did not exist.
-    const other = who === 'a' ? `${B}-run` : `${A}-run`
-    const inspect = await as(who, ['inspect', other])
+    const other = who === 'a' ? B : A
+    const inspect = await as(who, ['inspect', `${other}-run`])
     t.not(inspect.code, 0, `${who}: docker inspect of the other tenant's container fails`)
     t.match(inspect.stderr, /No such object/, `${who}: as for a missing object`)
+    const missing: Array<[string[], RegExp]> = [
+      [['logs', `${other}-run`], /No such container/],
+      [['volume', 'inspect', `${other}-vol`], /no such volume/],
+      [['network', 'inspect', `${other}-net`], /network .* not found/],
+      ...(who === 'a' ? [[['image', 'inspect', `${TB}/built:1`], /No such image/] as [string[], RegExp]] : []),
+    ]
+    for (const [args, want] of missing) {
+      const r = await as(who, args)
+      t.not(r.code, 0, `${who}: docker ${args.join(' ')} fails`)
+      t.match(r.stderr, want, `${who}: ${r.stderr.trim().split('\n').pop()}`)
+    }
+    // Filters are ANDed with the owner label: asking for the other tenant's label finds nothing.
+    const theirLabel = `label=${TENANT_LABEL}=${who === 'a' ? TB : TA}`
+    for (const args of [['ps', '-aq', '--filter', theirLabel], ['volume', 'ls', '-q', '--filter', theirLabel], ['network', 'ls', '-q', '--filter', theirLabel]]) {
+      const r = await as(who, args)
+      t.same([r.code, lines(r)], [0, []], `${who}: docker ${args.join(' ')} lists nothing`)
+    }
+    const stats = await as(who, ['stats', '--no-stream', '--format', '{{.Name}}'])
+    t.same(sorted(lines(stats)), sorted([...mine.containers.keys()].filter((n) => n.endsWith('-run') || n.includes('_'))), `${who}: docker stats --no-stream shows its running containers only`)
   }
+
+  // The predefined bridge network lists only the asking tenant's containers.
+  for (const who of ['a', 'b'] as const) {
+    const r = await as(who, ['run', '-d', '--name', `${who === 'a' ? A : B}-onbridge`, IMAGE, 'sleep', '600'])
+    t.equal(r.code, 0, `${who}: a container on the default bridge`, out(r))
+  }
+  const onBridge = async (who: Who): Promise<string[]> =>
+    sorted(Object.values(JSON.parse((await as(who, ['network', 'inspect', 'bridge', '--format', '{{json .Containers}}'])).stdout.toString() || '{}') as Record<string, { Name: string }>).map((c) => c.Name))
+  t.same(await onBridge('a'), [`${A}-onbridge`], 'a: docker network inspect bridge shows its own container only')
+  t.same(await onBridge('b'), [`${B}-onbridge`], 'b: docker network inspect bridge shows its own container only')
+  const adminBridge = await onBridge('admin')
+  t.ok(adminBridge.includes(`${A}-onbridge`) && adminBridge.includes(`${B}-onbridge`), 'admin: both')
+  await direct(['rm', '-f', `${A}-onbridge`, `${B}-onbridge`])
 
   const py = await python('views', {})
   t.same(py.containers, sorted(tb.containers.keys()), 'B (docker-py): containers.list(all) is its own')
