@@ -442,10 +442,22 @@ t.test('prune as B removes only B\'s stopped containers, unused volumes and netw
   // An administrator's stopped container (no owner labels) must survive too.
   const adminStopped = `${P}-admin-stopped`
   t.equal((await direct(['create', '--name', adminStopped, IMAGE, 'true'])).code, 0, 'an admin\'s stopped container on the engine')
+  const streams = (['a', 'b'] as const).map((who) => [who, watchEvents(who)] as const)
+  await new Promise((resolve) => setTimeout(resolve, 1500))
   const r = await python('prune', {})
   t.same(sorted(r.containers.ContainersDeleted ?? []), [tb.containers.get(`${B}-stopped`)], 'B: container prune deleted exactly B\'s stopped container')
   t.same(sorted(r.volumes.VolumesDeleted ?? []), [`${B}-vol-unused`], 'B: volume prune deleted exactly B\'s unused volume')
   t.same(sorted(r.networks.NetworksDeleted ?? []), [`${B}-net-unused`], 'B: network prune deleted exactly B\'s unused network')
+  await new Promise((resolve) => setTimeout(resolve, 1500))
+  const seen = Object.fromEntries(await Promise.all(streams.map(async ([who, w]) => [who, (await w.stop()).map((e) => `${e.Type} ${e.Action} ${e.Actor?.Attributes?.name ?? e.Actor?.ID}`)] as const)))
+  t.same(seen.a, [], 'a: its live events show nothing of B\'s prune')
+  t.ok(seen.b.includes(`container destroy ${B}-stopped`), 'b: its live events show the destroy of its pruned container')
+  t.same(seen.b.filter((e: string) => !e.includes(B)), [], 'b: and nothing that is not its own')
+  // A volume's or network's destroy event names an object that is gone: the gateway can no
+  // longer look its owner up, and shows it only if the stream saw the object before (a
+  // network's owner may still be in the ownership cache: then it is shown).
+  t.ok(seen.b.includes(`volume destroy ${B}-vol-unused`) && seen.b.includes(`network destroy ${B}-net-unused`), 'b: and of its pruned volume and network',
+    { todo: 'destroy events of volumes and networks created before the stream started are dropped: their owner cannot be looked up any more' })
   const nowA = await truth(TA)
   t.same(sorted(nowA.containers.keys()), sorted(ta.containers.keys()), 'A\'s stopped and exited containers survive')
   t.same(sorted(nowA.volumes), sorted(ta.volumes), 'A\'s unused volume survives')
