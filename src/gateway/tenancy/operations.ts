@@ -439,6 +439,9 @@ const systemAuth: Handler = async (call) => {
     for (const k of ['username', 'password', 'identitytoken'] as const) {
       if (held[k] !== undefined) call.setBody([k], held[k])
     }
+    // A registry with an OAuth token server answers the engine's login with a refresh token,
+    // which the engine returns as IdentityToken: a credential of the gateway's, not the tenant's.
+    call.respond = { kind: 'json', transform: (b) => (b !== null && typeof b === 'object' && 'IdentityToken' in b ? { ...b, IdentityToken: '' } : b) }
   } else if (call.settings.registries.tenantCredentials === 'strip') {
     throw refuse('registry-credentials', `the gateway holds no credentials of tenant ${call.tenant} for ${registry}, and tenants' own credentials are not used`)
   }
