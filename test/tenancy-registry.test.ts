@@ -17,6 +17,7 @@
  * plain tenants). team-a and team-b here touch only images named after this run's registry.
  */
 import fs from 'node:fs'
+import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
@@ -25,7 +26,7 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI28, engine, POLICIES, run, type RunResult } from './helpers/gateway'
+import { CLI28, engine, POLICIES, run, startTestGateway, type RunResult } from './helpers/gateway'
 import { registryAuthHeader, startRegistry, type Registry } from './helpers/registry'
 
 const IMAGE = engine().image
@@ -206,6 +207,42 @@ t.test('docker login: team-a\'s bogus password works (the gateway logs in with i
   const far = await docker(dockerConfig('a'), ['login', '10.1.2.3:5000', '-u', 'x', '--password-stdin'], 'y\n')
   t.not(far.code, 0, 'team-a: docker login to a registry outside the allow-list fails')
   t.match(far.stderr, /login to registry 10\.1\.2\.3:5000 is not allowed for tenant team-a \(rule registry-not-allowed\)/, lastLine(far.stderr))
+})
+
+t.test('a registry that answers the login with a refresh token: the tenant does not get it', async (t) => {
+  // A stand-in for the engine (the htpasswd registry issues no tokens): it records the
+  // login it receives and answers like dockerd does for an OAuth registry.
+  const fakeSock = path.join(tmp, 'fake-engine.sock')
+  const received: any[] = []
+  const fake = http.createServer((req, res) => {
+    let body = ''
+    req.on('data', (c: Buffer) => { body += c.toString() })
+    req.on('end', () => {
+      const p = (req.url ?? '').replace(/^\/v[\d.]+/, '').split('?')[0]
+      res.setHeader('Api-Version', '1.41')
+      if (p === '/_ping') { res.end('OK'); return }
+      if (p === '/events') { res.writeHead(200, { 'content-type': 'application/json' }); res.flushHeaders(); return }
+      if (p === '/auth' && req.method === 'POST') {
+        received.push(JSON.parse(body))
+        res.setHeader('content-type', 'application/json')
+        res.end(JSON.stringify({ Status: 'Login Succeeded', IdentityToken: 'refresh-token-of-the-gateways-account' }))
+        return
+      }
+      res.writeHead(404, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ message: `not in this fake: ${req.method} ${p}` }))
+    })
+  })
+  await new Promise<void>((resolve) => fake.listen(fakeSock, resolve))
+  const fgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\nregistries: { credentials: ${credFile} }\n`, `unix://${fakeSock}`)
+  t.teardown(async () => { await fgw.close(); fake.closeAllConnections(); fake.close() })
+  const cfg = dockerConfig('a')
+  const login = await run(CLI28, ['login', reg.address, '-u', 'someone', '--password-stdin'], { host: fgw.dockerHost, env: { DOCKER_CONFIG: cfg }, stdin: 'typed\n', timeoutMs: 60_000 })
+  printed.push(login.stdout.toString(), login.stderr)
+  t.equal(login.code, 0, 'team-a: docker login exits 0', out(login))
+  t.same(received, [{ username: user, password, serveraddress: reg.address }], 'the engine was asked to log in with the gateway\'s credentials, not the typed ones')
+  const stored = fs.readFileSync(path.join(cfg, 'config.json'), 'utf8')
+  t.notMatch(stored, /refresh-token|identitytoken/, 'no identity token in the tenant\'s config.json')
+  t.notMatch(login.stdout.toString() + login.stderr, /refresh-token/, 'nor in what the CLI printed')
 })
 
 t.test('the password is nowhere the tenant sees it, nor in the audit trail or the log', async (t) => {
