@@ -1,6 +1,6 @@
 /**
  * What each operation means for a tenant: one handler per operation id of the
- * catalog (test/tenancy-catalog.test.ts checks that none is missing). A handler
+ * catalog (test/tenancy-unit.test.ts checks that none is missing). A handler
  * resolves the objects the request names among the tenant's own (answering for
  * another tenant's object exactly as the engine answers for a missing one), refuses
  * references into other tenants' objects, stamps owner labels on what is created,
