@@ -9,7 +9,7 @@ import type { TenancySettings } from '../../policy/tenancy'
 import type { PatchOp } from '../../policy/rewrite'
 import type { Credentials } from './credentials'
 import type { ObjectKind, Resolver } from './lookup'
-import { familiar } from './images'
+import { familiar, parseImageRef } from './images'
 
 /** How the engine's answer is filtered for a tenant. */
 export type ResponseFilter =
@@ -85,23 +85,51 @@ export function refuse (rule: string, message: string): GatewayError {
 }
 
 /**
- * The engine's own answer for a missing object: another tenant's object answers
- * exactly like this. A reference in the path is a 404; one inside a body or query
- * (VolumesFrom, links, network connect's container) is the engine's 400.
+ * The engine's own answer for a missing object (as dockerd 20.10 words it): another
+ * tenant's object answers exactly like this. A reference in the path, or one the
+ * engine looks up as the object the request acts on (commit's container, network
+ * connect's container), is a 404; one inside a body that the engine checks as part of
+ * a configuration (links, a service's secrets and configs) is the engine's 400.
  */
-export function missing (kind: ObjectKind, ref: string, opId: string, where: 'path' | 'body' = 'path'): GatewayError {
+export function missing (kind: ObjectKind, ref: string, opId: string, where: 'path' | 'body' | 'link' | 'endpoint' = 'path'): GatewayError {
   let message: string
   switch (kind) {
-    case 'container': message = `No such container: ${ref}`; break
+    case 'container':
+      if (where === 'endpoint') {
+        // A forced disconnect of a container the engine does not know removes the endpoint of that name.
+        message = `endpoint ${ref} not found`
+      } else if (where === 'link') {
+        // opts.ParseLink drops the leading slash of `/name:alias`.
+        const name = ref.replace(/^\//, '')
+        message = `could not get container for ${name}: No such container: ${name}`
+      } else {
+        message = opId === 'ContainerKill' ? `Cannot kill container: ${ref}: No such container: ${ref}` : `No such container: ${ref}`
+      }
+      break
     case 'volume': message = `get ${ref}: no such volume`; break
     case 'network': message = `network ${ref} not found`; break
     case 'exec': message = `No such exec instance: ${ref}`; break
+    case 'secret': case 'config':
+      // A service's reference is checked by the swarm manager.
+      message = where === 'path' ? `${kind} ${ref} not found` : `rpc error: code = InvalidArgument desc = ${kind} not found: ${ref}`
+      break
     case 'image':
-      message = ['ImageInspect', 'ImageHistory', 'ImageGet', 'ImageGetAll', 'ImageAttestations'].includes(opId)
-        ? `no such image: ${ref}: No such image: ${familiar(ref)}`
-        : `No such image: ${familiar(ref)}`
+      if (['ImageGet', 'ImageGetAll'].includes(opId)) message = exportMissing(ref)
+      else if (['ImageInspect', 'ImageAttestations'].includes(opId)) message = `no such image: ${ref}: No such image: ${familiar(ref)}`
+      else message = `No such image: ${familiar(ref)}`
       break
     default: message = `${kind} ${ref} not found`
   }
-  return Object.assign(new GatewayError(where === 'path' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message), { tenancyRule: 'tenant-ownership' })
+  return Object.assign(new GatewayError(where === 'path' || where === 'endpoint' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message), { tenancyRule: 'tenant-ownership' })
+}
+
+/**
+ * The image exporter (save) searches a bare name, and looks a tagged or digested
+ * reference up in the reference store. (A missing full id is a 500 from the engine,
+ * naming its data root: answered as a plain missing image instead.)
+ */
+function exportMissing (ref: string): string {
+  if (/^(sha256:)?[0-9a-f]{64}$/.test(ref)) return `No such image: ${familiar(ref)}`
+  const parsed = parseImageRef(ref)
+  return parsed && (parsed.tag !== undefined || parsed.digest !== undefined) ? 'reference does not exist' : `No such image: ${ref}`
 }

@@ -53,6 +53,8 @@ export function inNamespace (ref: ImageRef, namespace: string): boolean {
 
 /** The familiar form the engine prints in "No such image" messages: `busybox:latest`. */
 export function familiar (ref: string): string {
+  // A full id without its algorithm is read as an id (reference.ParseAnyReference).
+  if (/^[0-9a-f]{64}$/.test(ref)) return `sha256:${ref}`
   const parsed = parseImageRef(ref)
   if (!parsed || ref.startsWith('sha256:')) return ref
   return parsed.tag === undefined && parsed.digest === undefined ? `${ref}:latest` : ref

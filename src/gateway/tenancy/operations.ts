@@ -44,7 +44,7 @@ async function resolve (call: Call, kind: Resolvable, ref: string): Promise<Reso
 }
 
 /** The object a reference names must be the tenant's own; answers as missing otherwise. Returns its full id. */
-async function own (call: Call, kind: Resolvable, ref: string, where: 'path' | 'body' = 'path'): Promise<string> {
+async function own (call: Call, kind: Resolvable, ref: string, where: 'path' | 'body' | 'link' | 'endpoint' = 'path'): Promise<string> {
   const res = await resolve(call, kind, ref)
   if (res.state !== 'own') throw missing(kind, ref, call.op.id, where)
   return res.id
@@ -119,7 +119,7 @@ const CONTAINER_REF_MODES = ['NetworkMode', 'PidMode', 'IpcMode', 'UTSMode', 'Us
 /** Every object a container's configuration names: volumes-from, links, container: modes, networks, named volumes, the image. */
 async function containerReferences (call: Call, hc: any, networking: any, image: unknown): Promise<{ newVolumes: string[] }> {
   for (const v of list(hc?.VolumesFrom)) await own(call, 'container', str(v).split(':')[0], 'body')
-  for (const l of list(hc?.Links)) await own(call, 'container', str(l).split(':')[0], 'body')
+  for (const l of list(hc?.Links)) await own(call, 'container', str(l).split(':')[0], 'link')
   for (const mode of CONTAINER_REF_MODES) {
     const v = str(hc?.[mode])
     if (v.startsWith('container:')) await own(call, 'container', v.slice('container:'.length), 'body')
@@ -291,7 +291,8 @@ function parseJsonList (call: Call, name: string): string[] {
 }
 
 const imageCommit: Handler = async (call) => {
-  const id = await own(call, 'container', call.query.get('container') ?? '', 'body')
+  // The engine answers a missing container to commit with its 404.
+  const id = await own(call, 'container', call.query.get('container') ?? '')
   call.setQuery('container', id)
   const repo = call.query.get('repo')
   if (repo) mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'committed image')
@@ -326,7 +327,9 @@ const networkConnect: Handler = async (call) => {
   const res = await ownOrSharedNetwork(call, call.params.id)
   call.setParam('id', res.id)
   const c = str(bodyAt(call, 'Container'))
-  const id = await own(call, 'container', c, 'body')
+  // The engine answers a missing container to connect or disconnect with its 404.
+  const forced = call.op.id === 'NetworkDisconnect' && bodyAt(call, 'Force') === true
+  const id = await own(call, 'container', c, forced ? 'endpoint' : 'path')
   if (id !== c) call.setBody(['Container'], id)
   for (const l of list(bodyAt(call, 'EndpointConfig', 'Links'))) await own(call, 'container', str(l).split(':')[0], 'body')
 }
