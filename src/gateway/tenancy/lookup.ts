@@ -108,6 +108,14 @@ export class Resolver {
     return r as { status: number, body: any }
   }
 
+  /**
+   * A GET whose 5xx answer means something (the engine answers 503 to /services and
+   * /nodes when it is not a swarm manager): the status is returned, not thrown.
+   */
+  async probe (path: string): Promise<{ status: number, body: any }> {
+    return await engineJson(this.upstream, 'GET', path) as { status: number, body: any }
+  }
+
   /** The tenant's objects of a kind, listed with the owner-label filter. */
   async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string): Promise<any[]> {
     const filters = enc(serializeFilters(withLabel(new Map(), `${TENANT_LABEL}=${tenant}`)))

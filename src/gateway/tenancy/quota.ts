@@ -41,7 +41,7 @@ export async function usage (call: Call, except?: { container?: string, service?
     total.memory += num(c.HostConfig.Memory)
     total.nanoCpus += cpuOf(c.HostConfig)
   }
-  const swarm = await call.r.get('/services')
+  const swarm = await call.r.probe('/services')
   if (swarm.status === 200) {
     const nodes = await nodeCount(call)
     for (const s of (await call.r.ownList('service', call.tenant)).filter((s) => s.ID !== except?.service)) add(total, serviceUsage(s.Spec, nodes))
@@ -50,7 +50,7 @@ export async function usage (call: Call, except?: { container?: string, service?
 }
 
 export async function nodeCount (call: Call): Promise<number> {
-  const r = await call.r.get('/nodes')
+  const r = await call.r.probe('/nodes')
   return r.status === 200 && Array.isArray(r.body) ? Math.max(1, r.body.length) : 1
 }
 
