@@ -141,12 +141,15 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   }
   if (!scoped) return ctx.decodedBody
   if (scoped.url) ctx.upstreamUrl = scoped.url
+  const headers: Record<string, string> = { ...scoped.setHeaders }
   if (scoped.body !== undefined) {
     ctx.body = encodeBody(scoped.body)
     ctx.decodedBody = scoped.body
+    // A body the client did not send (owner labels on a body-less commit): the engine reads a body only as JSON.
+    if (req.headers['content-type'] === undefined) headers['content-type'] = 'application/json'
   }
   if (scoped.patch.length) ctx.rewrites = [...(ctx.rewrites ?? []), { id: 'tenancy', patch: scoped.patch }]
-  if (Object.keys(scoped.setHeaders).length) ctx.upstreamHeaders = scoped.setHeaders
+  if (Object.keys(headers).length) ctx.upstreamHeaders = headers
   if (scoped.respond) ctx.respond = scoped.respond
   return ctx.decodedBody
 }
