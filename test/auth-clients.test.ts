@@ -88,13 +88,22 @@ t.before(async () => {
 })
 t.teardown(async () => { await gateway?.close() })
 
+// The exec targets: a tenant execs only into its own containers, so each identity below
+// has one of its tenant (owner label as the gateway stamps it): team-a for the tokens,
+// acme for the client certificate.
 let box = ''
+let acmeBox = ''
 t.before(async () => {
   box = uniqueName('pcau-box')
-  const started = await run(CLI28, ['run', '-d', '--name', box, engine().image, 'sleep', '600'], { host: engine().dockerHost })
-  if (started.code !== 0) throw new Error(`cannot start the exec target: ${started.stderr}`)
+  acmeBox = uniqueName('pcau-acme-box')
+  for (const [name, tenant] of [[box, 'team-a'], [acmeBox, 'acme']]) {
+    const started = await run(CLI28, ['run', '-d', '--name', name, '--label', `io.portcullis.tenant=${tenant}`, engine().image, 'sleep', '600'], { host: engine().dockerHost })
+    if (started.code !== 0) throw new Error(`cannot start the exec target: ${started.stderr}`)
+  }
 })
-t.teardown(async () => { if (box) await run(CLI28, ['rm', '-f', box], { host: engine().dockerHost }) })
+t.teardown(async () => {
+  for (const name of [box, acmeBox]) if (name) await run(CLI28, ['rm', '-f', name], { host: engine().dockerHost })
+})
 
 let engineVersion = ''
 async function expectedVersion (): Promise<string> {
@@ -170,7 +179,8 @@ t.test('docker 20.10 with BuildKit: the session (h2c) and build carry the token'
   const marker = uniqueName('marker')
   fs.writeFileSync(path.join(context, 'marker'), marker)
   fs.writeFileSync(path.join(context, 'Dockerfile'), `FROM ${engine().image}\nCOPY marker /marker\nRUN cat /marker > /copied\nCMD ["cat", "/copied"]\n`)
-  const tag = uniqueName('pcau-build')
+  // Build tags of a tenant live in its namespace (tenancy.yaml imageNamespace).
+  const tag = `team-a/${uniqueName('pcau-build')}`
   t.teardown(() => run(CLI28, ['rmi', '-f', tag], { host: engine().dockerHost }))
   const env = { DOCKER_CONFIG: dockerConfig({ Authorization: `Bearer ${token({})}` }), DOCKER_BUILDKIT: '1' }
   const seen = requests().length
@@ -210,7 +220,7 @@ t.test('docker --tlsverify with a client certificate: the certificate is the ide
     const version = await run(cli, [...TLS_FLAGS, 'version', '--format', '{{.Server.Version}}'], { host, env, timeoutMs: 30_000 })
     t.equal(version.code, 0, `${cliName}: docker --tlsverify version exits 0 (${version.stderr.trim()})`)
     t.equal(version.stdout.toString().trim(), await expectedVersion(), `${cliName}: the engine's version`)
-    const cat = await run(cli, [...TLS_FLAGS, 'exec', '-i', box, 'cat'], { host, env, stdin: 'x\n', timeoutMs: 30_000 })
+    const cat = await run(cli, [...TLS_FLAGS, 'exec', '-i', acmeBox, 'cat'], { host, env, stdin: 'x\n', timeoutMs: 30_000 })
     t.equal(cat.stdout.toString(), 'x\n', `${cliName}: echo x | docker exec -i cat over mTLS (${cat.stderr.trim()})`)
     const lines = requests().slice(seen)
     t.ok(lines.length > 0, `${cliName}: requests logged`)

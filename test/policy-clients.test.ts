@@ -2,12 +2,14 @@
  * The shipped policy as the real docker CLIs (28, and Debian's 20.10) meet it, one bearer
  * token per role in config.json `HttpHeaders`: an admin may run privileged containers, a
  * tenant is refused with the gateway's message naming the rule (and works in its own
- * container: exec runs as 65534 by default, docker cp copies in), a read-only auditor may
- * look but not read or change, and a CI runner's push is forwarded (and fails at the
- * registry, there is none) where a tenant's is refused.
+ * container: exec runs as 65534 by default, docker cp copies in; its prunes remove only
+ * its own objects), a read-only auditor of the same tenant may look but not read or
+ * change, and a CI runner's push is forwarded (and fails at the registry, there is none)
+ * where a tenant's is refused.
  *
- * The objects the auditor looks at are made directly on the engine, as an admin would;
- * everything has a unique name and is removed at teardown (other files share the engine).
+ * The auditor is scoped to its tenant like any non-admin: the objects it looks at are
+ * made through the gateway by the tenant's user. Everything has a unique name and is
+ * removed at teardown (other files share the engine).
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
@@ -24,7 +26,7 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcpc-'))
 const IDENTITIES = {
   admin: { sub: 'root-op', roles: ['admin'] },
   tenant: { sub: 'trudy', tenant: 'team-a', roles: ['tenant'] },
-  readonly: { sub: 'auditor', roles: ['readonly'] },
+  readonly: { sub: 'auditor', tenant: 'team-a', roles: ['readonly'] },
   ci: { sub: 'runner-7', tenant: 'team-a', roles: ['ci'] },
 } as const
 type Role = keyof typeof IDENTITIES
@@ -47,22 +49,30 @@ async function inspect (name: string): Promise<Record<string, any> | null> {
   return r.code === 0 ? JSON.parse(r.stdout.toString()) as Record<string, any> : null
 }
 
-/** A container and a volume the auditor can see; events about them since `since`. */
+/** A container and a volume of tenant team-a (made by its user trudy) the auditor can see; events about them since `since`. */
 const TARGET = uniqueName('pcpc-target')
 const VOLUME = uniqueName('pcpc-vol')
 let since = 0
+
+/** The label on everything the prune checks make, so that a prune never reaches other files' objects. */
+const PRUNE_LABEL = `pcpc-prune=${uniqueName('run')}`
+const pruneFilter = ['--filter', `label=${PRUNE_LABEL}`]
+/** Prune candidates: a stopped container and an unused volume each, one the tenant's and one the admin's. */
+const PRUNED = { tenantContainer: uniqueName('pcpc-pt'), adminContainer: uniqueName('pcpc-pa'), tenantVolume: uniqueName('pcpc-pvt'), adminVolume: uniqueName('pcpc-pva') }
 
 t.before(async () => {
   gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
   since = Math.floor(Date.now() / 1000) - 1
   for (const args of [['run', '-d', '--name', TARGET, IMAGE, 'sh', '-c', 'echo private; sleep 600'], ['volume', 'create', VOLUME]]) {
-    const r = await direct(args)
-    if (r.code !== 0) throw new Error(`docker ${args.join(' ')}: ${r.stderr}`)
+    const r = await as('tenant', CLI28, args)
+    if (r.code !== 0) throw new Error(`docker ${args.join(' ')} as the tenant: ${r.stderr}`)
   }
 })
 t.teardown(async () => {
   await direct(['rm', '-f', TARGET])
   await direct(['volume', 'rm', VOLUME])
+  for (const name of [PRUNED.tenantContainer, PRUNED.adminContainer]) await direct(['rm', '-f', name])
+  for (const name of [PRUNED.tenantVolume, PRUNED.adminVolume]) await direct(['volume', 'rm', name])
   await gw?.close()
   fs.rmSync(tmp, { recursive: true, force: true })
 })
@@ -77,9 +87,8 @@ interface Check { role: Role, args: () => string[], ok?: RegExp, refused?: RegEx
 const checks: Check[] = [
   { role: 'tenant', args: () => ['run', '--rm', IMAGE, 'echo', 'ordinary'], ok: /^ordinary$/ },
   { role: 'tenant', args: () => ['run', '--rm', '--privileged', IMAGE, 'true'], refused: deniedBy('ContainerCreate', 'no-privileged', 'trudy in tenant team-a') },
-  // Prune is not scoped per tenant; the filters match nothing, in case it got through.
-  { role: 'tenant', args: () => ['container', 'prune', '-f', '--filter', `label=pcpc-never=${TARGET}`], refused: deniedBy('ContainerPrune', 'no-prune', 'trudy in tenant team-a') },
-  { role: 'tenant', args: () => ['volume', 'prune', '-f', '--filter', `label=pcpc-never=${TARGET}`], refused: deniedBy('VolumePrune', 'no-prune', 'trudy in tenant team-a') },
+  // The build cache carries no owner: a tenant may not prune it.
+  { role: 'tenant', args: () => ['builder', 'prune', '-f', '--filter', `label=pcpc-never=${TARGET}`], refused: deniedBy('BuildPrune', 'no-build-prune', 'trudy in tenant team-a') },
   { role: 'readonly', args: () => ['ps', '--filter', `name=${TARGET}`, '--format', '{{.Names}}'], ok: new RegExp(`^${TARGET}$`) },
   { role: 'readonly', args: () => ['images', '--format', '{{.Repository}}:{{.Tag}}'], ok: new RegExp(`^${escape(IMAGE)}$`, 'm') },
   { role: 'readonly', args: () => ['volume', 'ls', '-q'], ok: new RegExp(`^${VOLUME}$`, 'm') },
@@ -91,11 +100,11 @@ const checks: Check[] = [
     args: () => ['events', '--since', String(since), '--until', String(Math.ceil(Date.now() / 1000) + 1), '--filter', `container=${TARGET}`, '--format', '{{.Action}}'],
     ok: /^create\nstart/,
   },
-  { role: 'readonly', args: () => ['logs', TARGET], refused: deniedBy('ContainerLogs', null, 'auditor') },
-  { role: 'readonly', args: () => ['cp', `${TARGET}:/etc/hostname`, tmp], refused: deniedBy('ContainerArchive', null, 'auditor') },
-  { role: 'readonly', args: () => ['export', TARGET], refused: deniedBy('ContainerExport', null, 'auditor') },
-  { role: 'readonly', args: () => ['run', '--rm', IMAGE, 'true'], refused: deniedBy('ContainerCreate', null, 'auditor') },
-  { role: 'readonly', args: () => ['exec', TARGET, 'true'], refused: deniedBy('ContainerExec', null, 'auditor') },
+  { role: 'readonly', args: () => ['logs', TARGET], refused: deniedBy('ContainerLogs', null, 'auditor in tenant team-a') },
+  { role: 'readonly', args: () => ['cp', `${TARGET}:/etc/hostname`, tmp], refused: deniedBy('ContainerArchive', null, 'auditor in tenant team-a') },
+  { role: 'readonly', args: () => ['export', TARGET], refused: deniedBy('ContainerExport', null, 'auditor in tenant team-a') },
+  { role: 'readonly', args: () => ['run', '--rm', IMAGE, 'true'], refused: deniedBy('ContainerCreate', null, 'auditor in tenant team-a') },
+  { role: 'readonly', args: () => ['exec', TARGET, 'true'], refused: deniedBy('ContainerExec', null, 'auditor in tenant team-a') },
 ]
 
 for (const [version, cli] of [['28', CLI28], ['20.10', CLI20]] as const) {
@@ -129,6 +138,31 @@ for (const [version, cli] of [['28', CLI28], ['20.10', CLI20]] as const) {
       t.equal(cat.stdout.toString(), `copied in by docker ${version}\n`, 'the container has the file (read directly on the engine)')
     })
 
+    t.test('tenant: container and volume prune remove the tenant\'s own, never the admin\'s', async (t) => {
+      // Made anew for each CLI: a stopped container and an unused volume, each one the tenant's and one the admin's, all with the same label.
+      for (const [who, args] of [
+        ['tenant', ['create', '--name', PRUNED.tenantContainer, '--label', PRUNE_LABEL, IMAGE, 'true']],
+        ['admin', ['create', '--name', PRUNED.adminContainer, '--label', PRUNE_LABEL, IMAGE, 'true']],
+        ['tenant', ['volume', 'create', '--label', PRUNE_LABEL, PRUNED.tenantVolume]],
+        ['admin', ['volume', 'create', '--label', PRUNE_LABEL, PRUNED.adminVolume]],
+      ] as const) {
+        const r = who === 'tenant' ? await as('tenant', cli, args) : await direct(args)
+        t.equal(r.code, 0, `${who}: docker ${args.join(' ')}`, { stderr: r.stderr })
+      }
+      const exists = async (args: string[]): Promise<boolean> => (await direct(args)).code === 0
+      const containers = await as('tenant', cli, ['container', 'prune', '-f', ...pruneFilter])
+      t.equal(containers.code, 0, 'docker container prune is allowed', { stderr: containers.stderr })
+      t.match(containers.stdout.toString(), /^Deleted Containers:\n[0-9a-f]{64}\n/, 'and reports one deleted container')
+      t.same([await exists(['container', 'inspect', PRUNED.tenantContainer]), await exists(['container', 'inspect', PRUNED.adminContainer])], [false, true],
+        'the tenant\'s stopped container is gone, the admin\'s is still there')
+      const volumes = await as('tenant', cli, ['volume', 'prune', '-f', ...pruneFilter])
+      t.equal(volumes.code, 0, 'docker volume prune is allowed', { stderr: volumes.stderr })
+      t.same([await exists(['volume', 'inspect', PRUNED.tenantVolume]), await exists(['volume', 'inspect', PRUNED.adminVolume])], [false, true],
+        'the tenant\'s unused volume is gone, the admin\'s is still there')
+      await direct(['rm', '-f', PRUNED.adminContainer])
+      await direct(['volume', 'rm', PRUNED.adminVolume])
+    })
+
     t.test('admin: docker run --privileged creates a privileged container', async (t) => {
       const name = uniqueName('pcpc-priv')
       t.teardown(async () => { await direct(['rm', '-f', name]) })
@@ -142,7 +176,8 @@ for (const [version, cli] of [['28', CLI28], ['20.10', CLI20]] as const) {
     })
 
     t.test('ci: docker push is forwarded and fails at the registry; tenant: refused', async (t) => {
-      const ref = `localhost:5999/${uniqueName('pcpc')}:1`
+      // In the tenant's namespace (tenancy.yaml imageNamespace), where a CI runner of team-a may push.
+      const ref = `localhost:5999/team-a/${uniqueName('pcpc')}:1`
       t.teardown(async () => { await direct(['rmi', ref]) })
       t.equal((await direct(['tag', IMAGE, ref])).code, 0, `tagged ${ref} on the engine`)
       const ci = await as('ci', cli, ['push', ref])
