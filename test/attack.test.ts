@@ -453,7 +453,8 @@ const attacks: Attack[] = [
   // Other tenants' things: the admin's FOREIGN answers as missing, and nothing happens to it (the snapshot holds its state and execs).
   refuse('exec into a container the tenant did not create', exec({ User: '65534' }, FOREIGN), 404, noSuchContainer(FOREIGN)),
   refuse('copy files out of a container the tenant did not create', { req: { method: 'GET', target: `/v1.41/containers/${FOREIGN}/archive?path=/etc` } }, 404, noSuchContainer(FOREIGN)),
-  refuse('kill a container the tenant did not create', post(`/v1.41/containers/${FOREIGN}/kill`), 404, noSuchContainer(FOREIGN)),
+  // dockerd 20.10 words a kill of a missing container this way.
+  refuse('kill a container the tenant did not create', post(`/v1.41/containers/${FOREIGN}/kill`), 404, new RegExp(`^Cannot kill container: ${FOREIGN}: No such container: ${FOREIGN}$`)),
   forbid('prune the build cache (shared, it carries no owner)', post('/v1.41/build/prune'), 'no-build-prune'),
 
   // Paths the engine could read differently

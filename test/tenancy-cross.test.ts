@@ -603,7 +603,9 @@ const REFERENCE_CASES: Case[] = [
     query: (f) => `since=${setupStarted}&until=${Math.floor(Date.now() / 1000)}&filters=${q({ [target === 'box' ? 'container' : target]: [f.ref] })}`,
     expect: { kind: 'empty' },
   })),
-  { op: 'SystemEvents', label: 'since set-up', targets: ['none'], query: () => `since=${setupStarted}&until=${Math.floor(Date.now() / 1000)}`, expect: { kind: 'empty', sanity: () => B.network } },
+  // No sanity check on B's own events here: the engine replays only its last 256 events,
+  // and other test files sharing the engine can push B's out of that window.
+  { op: 'SystemEvents', label: 'since set-up', targets: ['none'], query: () => `since=${setupStarted}&until=${Math.floor(Date.now() / 1000)}`, expect: { kind: 'empty' } },
   // B's prunes leave A's objects alone (A's stopped container, unused volume, network, image).
   { op: 'ContainerPrune', targets: ['none'], expect: { kind: 'empty' } },
   { op: 'VolumePrune', targets: ['none'], expect: { kind: 'empty' } },
