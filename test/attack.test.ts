@@ -31,7 +31,7 @@ import path from 'node:path'
 import { gzipSync } from 'node:zlib'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { CLI20, CLI28, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, dechunk, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const PREFIX = uniqueName('pcat')
@@ -166,20 +166,6 @@ interface Reply {
   json: Doc | undefined
   /** Status of every response seen on the connection. */
   statuses: number[]
-}
-
-function dechunk (data: Buffer): Buffer {
-  const out: Buffer[] = []
-  let at = 0
-  for (;;) {
-    const eol = data.indexOf('\r\n', at)
-    if (eol < 0) break
-    const size = parseInt(data.subarray(at, eol).toString('latin1'), 16)
-    if (!(size > 0)) break
-    out.push(data.subarray(eol + 2, eol + 2 + size))
-    at = eol + 2 + size + 2
-  }
-  return Buffer.concat(out)
 }
 
 function parseReply (data: Buffer): Reply {

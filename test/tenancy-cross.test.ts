@@ -21,7 +21,7 @@ import net from 'node:net'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
 import { operations, type Operation } from '../src/gateway/catalog/operations'
-import { engine, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
+import { dechunk, engine, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const P = uniqueName('pcx')
@@ -144,20 +144,6 @@ function complete (buf: Buffer, method: string, full: boolean): boolean {
   if (h.headers['content-length'] !== undefined) return rest.length >= Number(h.headers['content-length'])
   if (/chunked/i.test(h.headers['transfer-encoding'] ?? '') && (rest.includes('\r\n0\r\n\r\n') || rest.subarray(0, 5).toString() === '0\r\n\r\n')) return true
   return !full && h.status < 400
-}
-
-function dechunk (data: Buffer): Buffer {
-  const out: Buffer[] = []
-  let at = 0
-  for (;;) {
-    const eol = data.indexOf('\r\n', at)
-    if (eol < 0) break
-    const size = parseInt(data.subarray(at, eol).toString('latin1'), 16)
-    if (!(size > 0)) break
-    out.push(data.subarray(eol + 2, eol + 2 + size))
-    at = eol + 2 + size + 2
-  }
-  return Buffer.concat(out)
 }
 
 function parse (buf: Buffer, method: string, timedOut: boolean): Reply {

@@ -67,3 +67,23 @@ export async function readUpgradeBody (req: IncomingMessage, socket: Duplex, hea
     socket.resume()
   })
 }
+
+/**
+ * The lines of a JSON-lines stream (the engine's events), as they complete: each
+ * line's text and its parsed value (undefined when it is not JSON). Blank lines are skipped.
+ */
+export async function * jsonLines (source: AsyncIterable<Buffer | string>): AsyncGenerator<{ line: string, value: unknown }> {
+  let rest = ''
+  for await (const chunk of source) {
+    rest += typeof chunk === 'string' ? chunk : chunk.toString('utf8')
+    let nl
+    while ((nl = rest.indexOf('\n')) >= 0) {
+      const line = rest.slice(0, nl)
+      rest = rest.slice(nl + 1)
+      if (line.trim() === '') continue
+      let value: unknown
+      try { value = JSON.parse(line) } catch { value = undefined }
+      yield { line, value }
+    }
+  }
+}

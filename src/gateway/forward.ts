@@ -7,8 +7,8 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
-import { Transform, type Readable } from 'node:stream'
-import { hasBody } from './body'
+import type { Readable } from 'node:stream'
+import { hasBody, jsonLines } from './body'
 import { counter, declaredLength, type RequestContext } from './context'
 import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
@@ -153,26 +153,14 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   }
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
-  let rest = ''
-  const lines = new Transform({
-    transform (chunk: Buffer, _enc, cb) {
-      rest += chunk.toString('utf8')
-      const complete = rest.split('\n')
-      rest = complete.pop() ?? ''
-      void (async () => {
-        let out = ''
-        for (const line of complete) {
-          if (line.trim() === '') continue
-          let ev: unknown
-          try { ev = JSON.parse(line) } catch { continue }
-          if (await filter.keep(ev)) out += line + '\n'
-        }
-        cb(null, out.length ? Buffer.from(out) : undefined)
-      })().catch((err) => cb(err as Error))
-    },
-  })
+  // Each complete line kept or dropped, in order; a line that is not JSON is dropped.
+  const kept = async function * (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    for await (const { line, value } of jsonLines(source)) {
+      if (value !== undefined && await filter.keep(value)) yield Buffer.from(line + '\n')
+    }
+  }
   try {
-    await pipeline(answer.body, lines, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
+    await pipeline(answer.body, kept, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
   } catch {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

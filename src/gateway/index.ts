@@ -7,7 +7,7 @@ import { describeConfig, type Config } from '../config'
 import { acceptedCredentials, createAuthenticator, type Authenticator } from './authenticate'
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
-import { createUpstream, type Upstream } from './upstream'
+import { createUpstream, engineJson, type Upstream } from './upstream'
 import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
 import { Metrics } from '../metrics'
@@ -121,9 +121,7 @@ function packageVersion (): string {
 /** Readiness: the engine answers `/_ping` within two seconds. */
 async function engineReachable (upstream: Upstream): Promise<boolean> {
   try {
-    const res = await upstream.pool.request({ method: 'GET', path: '/_ping', signal: AbortSignal.timeout(2000) })
-    await res.body.dump()
-    return res.statusCode === 200
+    return (await engineJson(upstream, 'GET', '/_ping', undefined, 2000)).status === 200
   } catch {
     return false
   }

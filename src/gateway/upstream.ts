@@ -64,7 +64,7 @@ function hostPort (host: string, port: number): string {
  * A small JSON request of the gateway's own to the engine (ownership lookups, counts):
  * status and parsed body. Throws the upstream error kinds when the engine cannot be reached.
  */
-export async function engineJson (upstream: Upstream, method: 'GET' | 'POST', path: string, body?: unknown): Promise<{ status: number, body: unknown }> {
+export async function engineJson (upstream: Upstream, method: 'GET' | 'POST', path: string, body?: unknown, timeoutMs = 30_000): Promise<{ status: number, body: unknown }> {
   let res
   try {
     res = await upstream.pool.request({
@@ -72,7 +72,7 @@ export async function engineJson (upstream: Upstream, method: 'GET' | 'POST', pa
       path,
       headers: { ...(upstream.host ? { host: upstream.host } : {}), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-      signal: AbortSignal.timeout(30_000),
+      signal: AbortSignal.timeout(timeoutMs),
     })
   } catch (err) {
     throw upstreamError(err, upstream.url)
@@ -90,14 +90,9 @@ export async function engineJson (upstream: Upstream, method: 'GET' | 'POST', pa
  */
 export async function execInfo (upstream: Upstream, execId: string): Promise<{ command: string[], exitCode: number | null } | null> {
   try {
-    const res = await upstream.pool.request({
-      method: 'GET',
-      path: `/exec/${encodeURIComponent(execId)}/json`,
-      ...(upstream.host ? { headers: { host: upstream.host } } : {}),
-      signal: AbortSignal.timeout(2000),
-    })
-    const info = await res.body.json() as { Running?: unknown, ExitCode?: unknown, ProcessConfig?: { entrypoint?: unknown, arguments?: unknown } }
-    if (res.statusCode !== 200) return null
+    const res = await engineJson(upstream, 'GET', `/exec/${encodeURIComponent(execId)}/json`, undefined, 2000)
+    if (res.status !== 200) return null
+    const info = res.body as { Running?: unknown, ExitCode?: unknown, ProcessConfig?: { entrypoint?: unknown, arguments?: unknown } }
     const pc = info.ProcessConfig ?? {}
     const command = [pc.entrypoint, ...(Array.isArray(pc.arguments) ? pc.arguments : [])].filter((x): x is string => typeof x === 'string')
     return { command, exitCode: info.Running === false && typeof info.ExitCode === 'number' ? info.ExitCode : null }

@@ -105,7 +105,7 @@ function applyStep (root: unknown, step: Step, value: unknown): { root: unknown,
   let parent = base
   for (const t of step.tokens.slice(0, -1)) {
     const child = parent[t]
-    const copy: Obj = isObj(child) ? { ...child } : {}
+    const copy: Obj = Array.isArray(child) ? ([...child] as unknown as Obj) : isObj(child) ? { ...child } : {}
     parent[t] = copy
     parent = copy
   }
@@ -131,6 +131,12 @@ function applyStep (root: unknown, step: Step, value: unknown): { root: unknown,
       return { root: base, patch: present ? { op: 'replace', path: step.pointer, value: parent[key] } : { op: 'add', path: step.pointer, value: parent[key] } }
     }
   }
+}
+
+/** Set `value` at the path `tokens`, copy-on-write (as a rewrite's `set`): the new root and its patch, or null if nothing changed. */
+export function setAt (root: unknown, tokens: readonly string[], value: unknown): { root: unknown, patch: PatchOp } | null {
+  const pointer = '/' + tokens.map((k) => k.replace(/~/g, '~0').replace(/\//g, '~1')).join('/')
+  return applyStep(root, { action: 'set', pointer, tokens: [...tokens], value }, value)
 }
 
 export function applyRewrites (rules: readonly RewriteRule[], op: string, principals: readonly string[], who: { subject: string, tenant: string | null }, body: unknown): { body: unknown, applied: AppliedRewrite[] } {

@@ -103,3 +103,18 @@ export function sha256 (data: Buffer | string): string {
 export function uniqueName (prefix: string): string {
   return `${prefix}-${randomBytes(4).toString('hex')}`
 }
+
+/** The payload of a chunked HTTP/1.1 body, as read off a raw socket. */
+export function dechunk (data: Buffer): Buffer {
+  const out: Buffer[] = []
+  let at = 0
+  for (;;) {
+    const eol = data.indexOf('\r\n', at)
+    if (eol < 0) break
+    const size = parseInt(data.subarray(at, eol).toString('latin1'), 16)
+    if (!(size > 0)) break
+    out.push(data.subarray(eol + 2, eol + 2 + size))
+    at = eol + 2 + size + 2
+  }
+  return Buffer.concat(out)
+}

@@ -6,7 +6,8 @@
 import type { Operation } from '../catalog/operations'
 import { GatewayError } from '../errors'
 import type { TenancySettings } from '../../policy/tenancy'
-import type { PatchOp } from '../../policy/rewrite'
+import { isJsonNumber } from '../../policy/body/number'
+import { setAt, type PatchOp } from '../../policy/rewrite'
 import type { Credentials } from './credentials'
 import type { ObjectKind, Resolver } from './lookup'
 import { familiar, parseImageRef } from './images'
@@ -18,7 +19,11 @@ export type ResponseFilter =
   /** A stream of JSON lines (events): each kept or dropped, in order. */
   | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
 
-export interface TenancyRefusal { readonly rule: string, readonly message: string }
+/** Readers of decoded bodies and engine answers, for the handlers. */
+export const str = (v: unknown): string => (typeof v === 'string' ? v : isJsonNumber(v) ? String(v) : '')
+export const list = (v: unknown): any[] => (Array.isArray(v) ? v : [])
+/** A positive finite number, else 0 (Go's zero value: not set). */
+export const num = (v: unknown): number => { const n = Number(v ?? 0); return Number.isFinite(n) && n > 0 ? n : 0 }
 
 export class Call {
   readonly params: Record<string, string>
@@ -29,7 +34,6 @@ export class Call {
   paramsChanged = false
   readonly patch: PatchOp[] = []
   readonly setHeaders: Record<string, string> = {}
-  readonly removeHeaders: string[] = []
   respond?: ResponseFilter
 
   constructor (
@@ -62,20 +66,13 @@ export class Call {
     this.queryChanged = true
   }
 
-  /** Set a value in the decoded body (creating objects on the way), recorded as a JSON Patch operation. */
+  /** Set a value in the decoded body (copy-on-write, as a rewrite's `set`), recorded as a JSON Patch operation. */
   setBody (pointer: readonly string[], value: unknown): void {
-    if (this.body === undefined || this.body === null) this.body = {}
-    let node = this.body
-    for (const key of pointer.slice(0, -1)) {
-      if (node[key] === undefined || node[key] === null || typeof node[key] !== 'object') node[key] = {}
-      node = node[key]
-    }
-    const last = pointer[pointer.length - 1]
-    const existed = Object.hasOwn(node, last)
-    if (existed && node[last] === value) return
-    node[last] = value
+    const r = setAt(this.body, pointer, value)
+    if (!r) return
+    this.body = r.root
     this.bodyChanged = true
-    this.patch.push({ op: existed ? 'replace' : 'add', path: '/' + pointer.map((k) => k.replace(/~/g, '~0').replace(/\//g, '~1')).join('/'), value })
+    this.patch.push(r.patch)
   }
 }
 

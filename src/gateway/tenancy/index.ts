@@ -11,7 +11,7 @@ import type { Target } from '../catalog/route'
 import type { TenancySettings } from '../../policy/tenancy'
 import type { PatchOp } from '../../policy/rewrite'
 import { GatewayError } from '../errors'
-import { engineJson, type Upstream } from '../upstream'
+import type { Upstream } from '../upstream'
 import { Call, type ResponseFilter } from './call'
 import { Credentials } from './credentials'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
@@ -35,7 +35,7 @@ export class Tenancy {
   private readonly resolver: Resolver
   private readonly stopWatching: () => void
 
-  constructor (private readonly upstream: Upstream, private credentials: Credentials, log: Logger) {
+  constructor (upstream: Upstream, private credentials: Credentials, log: Logger) {
     this.resolver = new Resolver(upstream, this.cache)
     this.stopWatching = watchEvents(upstream, this.cache, log)
   }
@@ -56,7 +56,7 @@ export class Tenancy {
     if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion'].includes(op.id)) {
       throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
     }
-    const call = new Call(op, target.params, target.query, structuredCloneBody(body), tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)
+    const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)
     await handler(call)
     return {
       ...(call.paramsChanged || call.queryChanged ? { url: buildUrl(target, call.params, call.queryChanged ? call.query : null) } : {}),
@@ -67,21 +67,7 @@ export class Tenancy {
     }
   }
 
-  /** Whether the engine answers (used by readiness). */
-  async ping (): Promise<boolean> {
-    try { return (await engineJson(this.upstream, 'GET', '/_ping')).status === 200 } catch { return false }
-  }
-
   close (): void { this.stopWatching() }
-}
-
-/** Decoded bodies hold JsonNumbers (class instances): copy plain containers, keep the leaves. */
-function structuredCloneBody (v: unknown): unknown {
-  if (Array.isArray(v)) return v.map(structuredCloneBody)
-  if (v !== null && typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
-    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, structuredCloneBody(x)]))
-  }
-  return v
 }
 
 /** The request target with new path parameters and/or query, in the version the client asked for. */

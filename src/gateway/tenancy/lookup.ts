@@ -11,6 +11,7 @@
  * is down nothing is cached. Names and prefixes are always resolved afresh.
  */
 import type { Logger } from 'pino'
+import { jsonLines } from '../body'
 import { GatewayError } from '../errors'
 import { engineJson, type Upstream } from '../upstream'
 import { serializeFilters, withLabel } from './filters'
@@ -50,7 +51,6 @@ export class OwnerCache {
   setParent (id: string, parent: string): void { if (this.live && this.parents.size < 100_000) this.parents.set(id, parent) }
   evict (id: string): void { this.owners.delete(id); this.parents.delete(id) }
   clear (): void { this.owners.clear(); this.parents.clear() }
-  get size (): number { return this.owners.size + this.parents.size }
 }
 
 const EVICTING = new Set(['destroy', 'delete', 'remove', 'update', 'untag', 'prune'])
@@ -70,19 +70,12 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger)
         if (res.statusCode !== 200) throw new Error(`events answered ${res.statusCode}`)
         cache.clear()
         cache.live = true
-        let rest = ''
-        for await (const chunk of res.body) {
-          rest += (chunk as Buffer).toString('utf8')
-          let nl
-          while ((nl = rest.indexOf('\n')) >= 0) {
-            const line = rest.slice(0, nl)
-            rest = rest.slice(nl + 1)
-            try {
-              const ev = JSON.parse(line) as { Action?: string, Actor?: { ID?: string } }
-              const action = (ev.Action ?? '').split(':')[0]
-              if (ev.Actor?.ID && EVICTING.has(action)) cache.evict(ev.Actor.ID)
-            } catch { /* a line the gateway cannot read: drop everything to stay correct */ cache.clear() }
-          }
+        for await (const { value } of jsonLines(res.body)) {
+          const ev = value as { Action?: unknown, Actor?: { ID?: unknown } } | null | undefined
+          // A line the gateway cannot read: drop everything to stay correct.
+          if (ev === null || typeof ev !== 'object') { cache.clear(); continue }
+          const action = String(ev.Action ?? '').split(':')[0]
+          if (typeof ev.Actor?.ID === 'string' && ev.Actor.ID && EVICTING.has(action)) cache.evict(ev.Actor.ID)
         }
       } catch (err) {
         if (!stopped) log.warn({ err: { message: (err as Error).message } }, 'engine event stream lost; ownership cache off until it is back')
@@ -103,9 +96,9 @@ export class Resolver {
   constructor (private readonly upstream: Upstream, readonly cache: OwnerCache) {}
 
   async get (path: string): Promise<{ status: number, body: any }> {
-    const r = await engineJson(this.upstream, 'GET', path)
+    const r = await this.probe(path)
     if (r.status >= 500) throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path.split('?')[0]}`)
-    return r as { status: number, body: any }
+    return r
   }
 
   /**

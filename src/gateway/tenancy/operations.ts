@@ -9,10 +9,9 @@
  *
  * Admins (tenancy.yaml `unscopedRoles`) never reach this table.
  */
-import { isJsonNumber } from '../../policy/body/number'
 import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../errors'
-import { missing, refuse, type Call } from './call'
+import { list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
@@ -21,9 +20,6 @@ import { filterDataUsage, filterEvents, filterInfo } from './responses'
 
 export type Handler = (call: Call) => Promise<void>
 
-const str = (v: unknown): string => (typeof v === 'string' ? v : isJsonNumber(v) ? String(v) : '')
-const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : [])
-const num = (v: unknown): number => { const n = Number(v ?? 0); return Number.isFinite(n) && n > 0 ? n : 0 }
 
 // ---------------------------------------------------------------------------------
 // Building blocks

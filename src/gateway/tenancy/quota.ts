@@ -5,11 +5,10 @@
  * their service instead) plus each own service's replicas times its limits.
  */
 import { quotaFor, type Quota } from '../../policy/tenancy'
-import { refuse, type Call } from './call'
+import { num, refuse, type Call } from './call'
 
 export interface Usage { containers: number, memory: number, nanoCpus: number }
 
-const num = (v: unknown): number => { const n = Number(v ?? 0); return Number.isFinite(n) && n > 0 ? n : 0 }
 
 /** CPU limit in nano-CPUs from NanoCpus or CpuQuota/CpuPeriod (0: unlimited). */
 export function cpuOf (hc: any): number {

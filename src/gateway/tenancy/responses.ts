@@ -2,10 +2,9 @@
  * Answers narrowed to one tenant: SystemInfo's counts and host details,
  * SystemDataUsage's objects, and the event stream.
  */
-import type { Call } from './call'
+import { list, type Call } from './call'
 import { ownerOf, PREDEFINED_NETWORKS, TENANT_LABEL } from './lookup'
 
-const list = (v: unknown): any[] => (Array.isArray(v) ? v : [])
 
 /** The zero value of a field's type, so that clients still find the field. */
 function zero (v: unknown): unknown {
