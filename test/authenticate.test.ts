@@ -166,6 +166,30 @@ t.test('bearer tokens', async (t) => {
   }
 })
 
+t.test('a verified token is remembered, but its time claims are checked at every use', async (t) => {
+  const authenticator = createAuthenticator(auth(`  jwt: { secret: "${SECRET}", clockToleranceSeconds: 5 }`))
+  const realNow = Date.now
+  t.teardown(() => { Date.now = realNow })
+  const at = (seconds: number): void => { Date.now = () => seconds * 1000 }
+  const t0 = now()
+  const token = jwt.sign({ sub: 'alice', tenant: 'acme', roles: ['tenant'], nbf: t0 + 100, exp: t0 + 200 }, SECRET, { algorithm: 'HS256', noTimestamp: true })
+  const req = request({ authorization: `Bearer ${token}` })
+  at(t0)
+  t.match(refusal(() => authenticator.authenticate(req, unix)), /not valid yet/, 'before nbf (beyond the leeway): refused')
+  at(t0 + 96)
+  t.match(authenticator.authenticate(req, unix), { subject: 'alice', tenant: 'acme' }, 'within the leeway before nbf: accepted')
+  at(t0 + 150)
+  const first = authenticator.authenticate(req, unix)
+  t.equal(authenticator.authenticate(req, unix), first, 'the same token again: the identity verified before')
+  at(t0 + 204)
+  t.equal(authenticator.authenticate(req, unix), first, 'within the leeway after exp: still accepted')
+  at(t0 + 205)
+  t.match(refusal(() => authenticator.authenticate(req, unix)), /expired/, 'at exp + leeway: refused, although it was verified before')
+  at(t0 + 150)
+  const tampered = token.slice(0, -2) + (token.endsWith('AA') ? 'BB' : 'AA')
+  t.match(refusal(() => authenticator.authenticate(request({ authorization: `Bearer ${tampered}` }), unix)), /signature|malformed/, 'a token differing in its signature is verified on its own, and refused')
+})
+
 t.test('the Authorization header: scheme and shape', async (t) => {
   const authenticator = createAuthenticator(auth(HS))
   const token = hs({ sub: 'alice' })

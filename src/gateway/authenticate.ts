@@ -158,7 +158,28 @@ function createJwtVerifier (cfg: JwtConfig): (token: string) => Identity {
     clockTolerance: cfg.clockToleranceSeconds ?? 0,
   }
 
-  return (token) => {
+  const tolerance = cfg.clockToleranceSeconds ?? 0
+  // Tokens already verified, by their exact text (signature included): a client sends
+  // the same token on every request. Time claims are checked again at every use, as
+  // jsonwebtoken checks them; a token past them is verified afresh (and refused with
+  // the reason). Bounded; the oldest entry goes first.
+  const verified = new Map<string, { identity: Identity, exp?: number, nbf?: number }>()
+  const fresh = (v: { exp?: number, nbf?: number }): boolean => {
+    const now = Math.floor(Date.now() / 1000)
+    return (v.nbf === undefined || v.nbf <= now + tolerance) && (v.exp === undefined || now < v.exp + tolerance)
+  }
+  const verify = (token: string): Identity => {
+    const hit = verified.get(token)
+    if (hit !== undefined && fresh(hit)) return hit.identity
+    const { identity: who, payload } = verifyToken(token)
+    const exp = own(payload, 'exp')
+    const nbf = own(payload, 'nbf')
+    if (verified.size >= VERIFIED_TOKENS_MAX) verified.delete(verified.keys().next().value as string)
+    verified.set(token, { identity: who, ...(typeof exp === 'number' ? { exp } : {}), ...(typeof nbf === 'number' ? { nbf } : {}) })
+    return who
+  }
+
+  const verifyToken = (token: string): { identity: Identity, payload: Record<string, unknown> } => {
     if (!COMPACT_JWS.test(token)) throw unauthenticated('invalid bearer token: malformed token (expected a JWT)')
     let header: jwt.JwtHeader
     try {
@@ -194,15 +215,22 @@ function createJwtVerifier (cfg: JwtConfig): (token: string) => Identity {
       throw unauthenticated(`invalid bearer token: the "${claims.tenant}" claim must be a non-empty string`)
     }
     const jti = own(p, 'jti')
-    return identity({
-      subject,
-      tenant: typeof tenant === 'string' ? tenant : null,
-      roles: rolesOf(own(p, claims.roles), claims.roles),
-      method: 'jwt',
-      ...(typeof jti === 'string' ? { tokenId: jti } : {}),
-    })
+    return {
+      payload: p,
+      identity: identity({
+        subject,
+        tenant: typeof tenant === 'string' ? tenant : null,
+        roles: rolesOf(own(p, claims.roles), claims.roles),
+        method: 'jwt',
+        ...(typeof jti === 'string' ? { tokenId: jti } : {}),
+      }),
+    }
   }
+  return verify
 }
+
+/** Verified tokens kept per verifier. */
+const VERIFIED_TOKENS_MAX = 4096
 
 // ---------------------------------------------------------------------------
 // Client certificates

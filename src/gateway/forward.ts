@@ -87,8 +87,23 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
     return
   }
 
-  // An answer without a body is complete with its head: record it before the head.
   const length = declaredLength(answer.headers)
+  // A small answer of declared length (ping, version, inspect, most lists) is read
+  // whole, recorded, then sent in one write: no stream plumbing per request.
+  if (!target.operation.streams && length !== undefined && length <= SMALL_ANSWER && req.method !== 'HEAD') {
+    try {
+      await respondWhole(ctx, answer, length, res)
+    } catch (err) {
+      if (abort.signal.aborted) return
+      // Nothing has been sent yet: the client gets an error instead of a cut answer.
+      throw err instanceof GatewayError || res.headersSent ? err : upstreamError(err, upstream.url)
+    } finally {
+      ctx.upstreamMs = performance.now() - sent
+      res.off('close', onClientGone)
+    }
+    return
+  }
+  // An answer without a body is complete with its head: record it before the head.
   if (req.method === 'HEAD' || answer.statusCode === 204 || answer.statusCode === 304 || length === 0) {
     try {
       ctx.seal?.()
@@ -116,10 +131,26 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
 }
 
-/** Largest JSON answer the gateway reads whole to narrow it to a tenant (lists, info). */
-const FILTERED_ANSWER_MAX = 256 * 1024 * 1024
+/** Answers up to this declared length are read whole and sent in one write. */
+const SMALL_ANSWER = 256 * 1024
 
 type Answer = Awaited<ReturnType<Upstream['pool']['request']>>
+
+async function respondWhole (ctx: RequestContext, answer: Answer, length: number, res: ServerResponse): Promise<void> {
+  const body = length === 0 ? EMPTY : Buffer.from(await answer.body.arrayBuffer())
+  if (body.length !== length) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} ended after ${body.length} of ${length} bytes`)
+  ctx.bytesOut = body.length
+  ctx.seal?.()
+  // The engine's own Date header is passed on; Node must not add a second one.
+  res.sendDate = false
+  res.writeHead(answer.statusCode, endToEnd(answer.headers))
+  res.end(body)
+}
+
+const EMPTY = Buffer.alloc(0)
+
+/** Largest JSON answer the gateway reads whole to narrow it to a tenant (lists, info). */
+const FILTERED_ANSWER_MAX = 256 * 1024 * 1024
 
 /**
  * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a

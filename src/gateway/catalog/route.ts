@@ -24,15 +24,18 @@ export interface Target {
 }
 
 type Segment = { literal: string } | { param: string, multi: boolean }
-interface Compiled { op: Operation, segments: Segment[], literals: number }
+interface Compiled { op: Operation, segments: Segment[], literals: number, /** Index of the multi-segment parameter, -1 if none. */ multiAt: number }
 
 const compiled: Compiled[] = operations.map((op) => {
   const segments: Segment[] = op.path.split('/').slice(1).map((s) => {
     const m = /^\{(\w+)(\*?)\}$/.exec(s)
     return m ? { param: m[1], multi: m[2] === '*' } : { literal: s }
   })
-  return { op, segments, literals: segments.filter((s) => 'literal' in s).length }
+  return { op, segments, literals: segments.filter((s) => 'literal' in s).length, multiAt: segments.findIndex((s) => 'param' in s && s.multi) }
 })
+/** The routes of each method. */
+const byMethod = new Map<string, Compiled[]>()
+for (const c of compiled) byMethod.set(c.op.method, [...(byMethod.get(c.op.method) ?? []), c])
 
 const VERSION = /^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/
 
@@ -67,37 +70,29 @@ function decodeSegments (rawPath: string): string[] {
 }
 
 function match (c: Compiled, segs: string[], fold: boolean): Record<string, string> | null {
-  const params: Record<string, string> = {}
-  const eq = fold ? (a: string, b: string) => a.toLowerCase() === b.toLowerCase() : (a: string, b: string) => a === b
-  const multiAt = c.segments.findIndex((s) => 'param' in s && s.multi)
-  if (multiAt < 0) {
-    if (segs.length !== c.segments.length) return null
-  } else if (segs.length < c.segments.length) {
-    return null
-  }
+  const n = c.segments.length
+  const multiAt = c.multiAt
+  if (multiAt < 0 ? segs.length !== n : segs.length < n) return null
   // With a multi-segment parameter, the segments after it are matched from the end,
   // like the engine's greedy `{name:.*}` regexp.
-  const tail = multiAt < 0 ? 0 : c.segments.length - multiAt - 1
-  for (let i = 0; i < c.segments.length; i++) {
+  const at = (i: number): string => multiAt >= 0 && i > multiAt ? segs[segs.length - (n - i)] : segs[i]
+  // Literals first: most routes fail here, before anything is allocated.
+  for (let i = 0; i < n; i++) {
     const s = c.segments[i]
-    if (i === multiAt && 'param' in s) {
-      params[s.param] = segs.slice(i, segs.length - tail).join('/')
-      continue
-    }
-    const seg = multiAt >= 0 && i > multiAt ? segs[segs.length - (c.segments.length - i)] : segs[i]
-    if ('literal' in s) {
-      if (!eq(s.literal, seg)) return null
-    } else {
-      params[s.param] = seg
-    }
+    if ('literal' in s && (fold ? s.literal.toLowerCase() !== at(i).toLowerCase() : s.literal !== at(i))) return null
+  }
+  const params: Record<string, string> = {}
+  for (let i = 0; i < n; i++) {
+    const s = c.segments[i]
+    if (!('param' in s)) continue
+    params[s.param] = i === multiAt ? segs.slice(i, segs.length - (n - multiAt - 1)).join('/') : at(i)
   }
   return params
 }
 
 function best (method: string, segs: string[], fold: boolean): { c: Compiled, params: Record<string, string> } | null {
   let found: { c: Compiled, params: Record<string, string> } | null = null
-  for (const c of compiled) {
-    if (c.op.method !== method) continue
+  for (const c of byMethod.get(method) ?? []) {
     const params = match(c, segs, fold)
     // Literal routes win over parameterised ones (`/images/json` is ImageList, not an image named "json").
     if (params && (!found || c.literals > found.c.literals)) found = { c, params }
