@@ -36,7 +36,7 @@ export async function startGatewayProcess (dir: string, engineSocket: string): P
     '',
   ].join('\n'))
 
-  const child: ChildProcess = spawn(process.execPath, ['--max-semi-space-size=1', CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child: ChildProcess = spawn(process.execPath, ['--max-semi-space-size=4', CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'pipe'] })
   let tail = ''
   const keep = (b: Buffer): void => { tail = (tail + b.toString()).slice(-16_384) }
   child.stdout?.on('data', keep)
