@@ -10,7 +10,12 @@ import { Pool } from 'undici'
 
 export interface GatewayProcess {
   readonly pid: number
+  /** The admin socket: a fixed identity (role admin) for whoever connects. */
   readonly socket: string
+  /** A second unix socket without identity: bearer tokens only (the tenant's, in the bench). */
+  readonly tokenSocket: string
+  /** The loopback TCP listener: bearer tokens only. */
+  readonly tcp: { host: string, port: number }
   readonly configFile: string
   /** The last lines the gateway wrote (stdout and stderr), for error reports. */
   output (): string
@@ -21,15 +26,33 @@ export interface GatewayProcess {
 
 const CLI = path.join(__dirname, '..', 'src', 'cli.js')
 
-export async function startGatewayProcess (dir: string, engineSocket: string): Promise<GatewayProcess> {
+export interface GatewayOptions {
+  /** The policy directory (default: the repository's policies/). */
+  policyDir?: string
+  /** HS256 secret for bearer tokens on the TCP listener and the token socket. */
+  jwtSecret: string
+  /** Loopback TCP port of the bearer-token listener. */
+  tcpPort: number
+}
+
+/**
+ * A realistic deployment: authentication, policy and audit on. Three listeners: the
+ * admin socket (fixed identity), a unix socket and a loopback TCP port that take HS256
+ * bearer tokens only; the audit trail goes to a file in `dir`.
+ */
+export async function startGatewayProcess (dir: string, engineSocket: string, options: GatewayOptions): Promise<GatewayProcess> {
   const socket = path.join(dir, 'gw.sock')
+  const tokenSocket = path.join(dir, 'gw-token.sock')
+  const tcp = { host: '127.0.0.1', port: options.tcpPort }
   const configFile = path.join(dir, 'portcullis.yaml')
-  fs.mkdirSync(path.join(dir, 'policies'), { recursive: true })
   fs.writeFileSync(configFile, [
     'listen:',
     `  - { unix: ${socket}, identity: { subject: tester, roles: [admin] } }`,
+    `  - { unix: ${tokenSocket} }`,
+    `  - { tcp: "${tcp.host}:${tcp.port}" }`,
     `upstream: unix://${engineSocket}`,
-    `policy: { dir: ${path.resolve(__dirname, '../../policies')} }`,
+    `auth: { jwt: { secret: ${JSON.stringify(options.jwtSecret)} } }`,
+    `policy: { dir: ${options.policyDir ?? path.resolve(__dirname, '../../policies')} }`,
     `audit: { file: ${path.join(dir, 'audit.jsonl')} }`,
     'log: { level: warn }',
     'shutdown: { graceSeconds: 2 }',
@@ -82,7 +105,7 @@ export async function startGatewayProcess (dir: string, engineSocket: string): P
     }
     await sleep(100)
   }
-  return { pid: child.pid, socket, configFile, output: () => tail, exited, stop }
+  return { pid: child.pid, socket, tokenSocket, tcp, configFile, output: () => tail, exited, stop }
 }
 
 /** A process's memory from /proc/<pid>/status, in bytes. */
