@@ -87,21 +87,23 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
 
   // Ready when a ping through it succeeds.
   const deadline = Date.now() + 20_000
+  let last = 'no answer'
   for (;;) {
     if (exitedNow) await exited
     if (fs.existsSync(socket)) {
       const pool = new Pool('http://localhost', { socketPath: socket, connections: 1 })
       try {
         const r = await pool.request({ method: 'GET', path: '/_ping' })
-        await r.body.arrayBuffer()
+        const text = await r.body.text()
         if (r.statusCode === 200) break
+        last = `${r.statusCode} ${text.trim()}`
       } catch { /* not yet */ } finally {
         await pool.destroy()
       }
     }
     if (Date.now() > deadline) {
       await stop()
-      throw new Error(`gateway did not become ready within 20 s\n${tail}`)
+      throw new Error(`gateway did not become ready within 20 s (GET /_ping on the admin socket: ${last})\n${tail}`)
     }
     await sleep(100)
   }

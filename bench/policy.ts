@@ -161,14 +161,21 @@ export const BENCH_RULES: string[] = [
 ]
 
 /**
- * The bench deployment's policy directory: a copy of policies/ with bench.csv (the
- * twenty ContainerCreate body rules above) added to the manifest, and the tenant's
+ * The bench deployment's policy directory: a copy of policies/ with bench.csv (a
+ * second enforce-mode layer: the twenty ContainerCreate body rules above) added to the
+ * manifest, and the tenant's
  * container quota raised so that it can own the listing workload's containers.
  */
 export function writeBenchPolicy (dir: string, containerQuota: number): void {
   fs.cpSync(path.join(REPO, 'policies'), dir, { recursive: true })
-  const csv = BENCH_RULES.map((cond, i) => `p, tenant, *, ContainerCreate, *, deny, bench-rule-${i + 1}, "${cond}"`)
-  fs.writeFileSync(path.join(dir, 'bench.csv'), '# bench/policy.ts: 20 body rules, all false for the bench body\n' + csv.join('\n') + '\n')
+  // Every enforce-mode file must allow a request on its own (src/policy/engine.ts), so
+  // this second layer allows everything and only adds its denials.
+  const csv = [
+    '# bench/policy.ts: a second policy layer: 20 body rules for a tenant\'s ContainerCreate, all false for the bench body',
+    'p, *, *, *, *, allow, bench-layer, true',
+    ...BENCH_RULES.map((cond, i) => `p, tenant, *, ContainerCreate, *, deny, bench-rule-${i + 1}, "${cond}"`),
+  ]
+  fs.writeFileSync(path.join(dir, 'bench.csv'), csv.join('\n') + '\n')
   const manifest = path.join(dir, 'policy.yaml')
   const text = fs.readFileSync(manifest, 'utf8')
   if (!/^\s*- file: base\.csv\n\s*mode: enforce\n/m.test(text)) throw new Error(`unexpected ${manifest}: no base.csv entry to add bench.csv after`)
