@@ -199,7 +199,12 @@ export async function execStart (e: Endpoint, execId: string, timeoutMs: number)
     req.on('response', (res) => {
       let text = ''
       res.on('data', (b: Buffer) => { text += b.toString() })
-      res.on('end', () => { clearTimeout(timer); reject(new Error(`exec start ${execId}: expected 101, got ${res.statusCode} ${text.trim()}`)) })
+      res.on('end', () => {
+        clearTimeout(timer)
+        // A proxy that turned the 101 into 200 passes the raw stream on as the body: show its size, not its bytes.
+        const shown = /^[\x20-\x7e\s]*$/.test(text) ? text.trim().slice(0, 200) : `and ${text.length} bytes of stream data`
+        reject(new Error(`exec start ${execId.slice(0, 12)}: expected 101, got ${res.statusCode} ${shown}`))
+      })
     })
     req.on('upgrade', (res, sock: Socket, head: Buffer) => {
       socket = sock

@@ -33,6 +33,8 @@ export interface GatewayOptions {
   jwtSecret: string
   /** Loopback TCP port of the bearer-token listener. */
   tcpPort: number
+  /** Extra node options (profiling). */
+  nodeArgs?: string[]
 }
 
 /**
@@ -59,7 +61,7 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
     '',
   ].join('\n'))
 
-  const child: ChildProcess = spawn(process.execPath, ['--max-semi-space-size=1', CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child: ChildProcess = spawn(process.execPath, ['--max-semi-space-size=1', ...(options.nodeArgs ?? []), CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'pipe'] })
   let tail = ''
   const keep = (b: Buffer): void => { tail = (tail + b.toString()).slice(-16_384) }
   child.stdout?.on('data', keep)
