@@ -49,7 +49,7 @@ export async function startRelay (socket: string, upstream: string): Promise<Rel
     recent: () => [...last],
     close: async () => {
       for (const s of open) s.destroy()
-      await new Promise<void>((resolve) => server.close(() => resolve()))
+      if (server.listening) await new Promise<void>((resolve) => server.close(() => resolve()))
     },
   }
 }

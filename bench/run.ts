@@ -541,6 +541,7 @@ async function roundTrips (dir: string, engineSocket: string, gwOptions: { polic
   let gw2: Awaited<ReturnType<typeof startGatewayProcess>> | undefined
   let ep: Endpoint | undefined
   try {
+    cleanup.add('stop the counted gateway and its relay', async () => { await gw2?.stop(); await relay.close() })
     gw2 = await startGatewayProcess(gwDir, relay.socket, { ...gwOptions, tcpPort: await freePort() })
     ep = endpoint(gw2.tokenSocket, 1, bearer)
     await sleep(500)
