@@ -15,12 +15,26 @@ export function pool (socketPath: string, connections: number): Pool {
   return new Pool('http://localhost', { socketPath, connections, headersTimeout: 0, bodyTimeout: 0 })
 }
 
+/**
+ * Where requests go: a pool on a unix socket, the socket itself (for hijacked streams),
+ * and the headers every request carries there (a bearer token, or none).
+ */
+export interface Endpoint {
+  readonly pool: Pool
+  readonly socket: string
+  readonly headers: Readonly<Record<string, string>>
+}
+
+export function endpoint (socket: string, connections: number, headers: Record<string, string> = {}): Endpoint {
+  return { pool: pool(socket, connections), socket, headers }
+}
+
 /** A JSON call to the Engine API that must succeed. */
-export async function call<T = unknown> (p: Pool, method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown, timeoutMs = 120_000): Promise<T> {
-  const r = await p.request({
+export async function call<T = unknown> (e: Endpoint, method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown, timeoutMs = 120_000): Promise<T> {
+  const r = await e.pool.request({
     method,
     path,
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    headers: body === undefined ? { ...e.headers } : { ...e.headers, 'content-type': 'application/json' },
     body: body === undefined ? undefined : JSON.stringify(body),
     signal: AbortSignal.timeout(timeoutMs),
   })
@@ -38,7 +52,9 @@ export interface LoadRun {
  * `n` requests, `concurrency` at a time, each read to its end; every answer must be 200.
  * Latency is from just before the request to the end of its body.
  */
-export async function load (p: Pool, method: 'GET' | 'HEAD', path: string, n: number, concurrency: number, deadline: number): Promise<LoadRun> {
+export async function load (e: Endpoint, method: 'GET' | 'HEAD', path: string, n: number, concurrency: number, deadline: number): Promise<LoadRun> {
+  const p = e.pool
+  const headers = e.headers
   const latenciesMs = new Float64Array(n)
   let next = 0
   const worker = async (): Promise<void> => {
@@ -47,7 +63,7 @@ export async function load (p: Pool, method: 'GET' | 'HEAD', path: string, n: nu
       if (i >= n) return
       if (Date.now() > deadline) throw new Error(`${method} ${path}: load run exceeded its time budget`)
       const start = performance.now()
-      const r = await p.request({ method, path, signal: AbortSignal.timeout(30_000) })
+      const r = await p.request({ method, path, headers, signal: AbortSignal.timeout(30_000) })
       await r.body.arrayBuffer()
       latenciesMs[i] = performance.now() - start
       if (r.statusCode !== 200) throw new Error(`${method} ${path}: status ${r.statusCode}`)
@@ -112,9 +128,9 @@ export interface Transfer {
 }
 
 /** GET a (large) body and count it; `demux` also counts the multiplexed payload. */
-export async function download (p: Pool, path: string, demux: boolean, timeoutMs: number): Promise<Transfer> {
+export async function download (e: Endpoint, path: string, demux: boolean, timeoutMs: number): Promise<Transfer> {
   const start = performance.now()
-  const r = await p.request({ method: 'GET', path, signal: AbortSignal.timeout(timeoutMs) })
+  const r = await e.pool.request({ method: 'GET', path, headers: e.headers, signal: AbortSignal.timeout(timeoutMs) })
   if (r.statusCode !== 200) throw new Error(`GET ${path}: ${r.statusCode} ${(await r.body.text()).trim()}`)
   const d = demux ? new Demux() : undefined
   let bytes = 0
@@ -130,13 +146,13 @@ export async function download (p: Pool, path: string, demux: boolean, timeoutMs
 }
 
 /** PUT a generated one-file tar of `size` bytes into a container at `dir`, chunked as `docker cp` sends it. */
-export async function upload (p: Pool, containerId: string, dir: string, fileName: string, size: number, timeoutMs: number): Promise<Transfer> {
+export async function upload (e: Endpoint, containerId: string, dir: string, fileName: string, size: number, timeoutMs: number): Promise<Transfer> {
   const path = `${API}/containers/${containerId}/archive?path=${encodeURIComponent(dir)}`
   const start = performance.now()
-  const r = await p.request({
+  const r = await e.pool.request({
     method: 'PUT',
     path,
-    headers: { 'content-type': 'application/x-tar' },
+    headers: { ...e.headers, 'content-type': 'application/x-tar' },
     body: Readable.from(tarStream(fileName, size), { objectMode: false }),
     signal: AbortSignal.timeout(timeoutMs),
   })
@@ -147,8 +163,8 @@ export async function upload (p: Pool, containerId: string, dir: string, fileNam
 }
 
 /** The size the engine reports for a path in a container (`HEAD .../archive`, as `docker cp` stats it). */
-export async function statInContainer (p: Pool, containerId: string, path: string): Promise<number> {
-  const r = await p.request({ method: 'HEAD', path: `${API}/containers/${containerId}/archive?path=${encodeURIComponent(path)}`, signal: AbortSignal.timeout(30_000) })
+export async function statInContainer (e: Endpoint, containerId: string, path: string): Promise<number> {
+  const r = await e.pool.request({ method: 'HEAD', path: `${API}/containers/${containerId}/archive?path=${encodeURIComponent(path)}`, headers: e.headers, signal: AbortSignal.timeout(30_000) })
   await r.body.arrayBuffer()
   const header = r.headers['x-docker-container-path-stat']
   if (r.statusCode !== 200 || typeof header !== 'string') throw new Error(`HEAD archive ${path}: ${r.statusCode}`)
@@ -160,7 +176,8 @@ export async function statInContainer (p: Pool, containerId: string, path: strin
  * expecting `101`), read its multiplexed output until the engine closes the stream.
  * Time runs from sending the start request to the end of the stream.
  */
-export async function execStart (socketPath: string, execId: string, timeoutMs: number): Promise<Transfer> {
+export async function execStart (e: Endpoint, execId: string, timeoutMs: number): Promise<Transfer> {
+  const socketPath = e.socket
   const body = JSON.stringify({ Detach: false, Tty: false })
   return await new Promise<Transfer>((resolve, reject) => {
     const start = performance.now()
@@ -169,7 +186,7 @@ export async function execStart (socketPath: string, execId: string, timeoutMs: 
       method: 'POST',
       path: `${API}/exec/${execId}/start`,
       agent: false,
-      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'Upgrade', upgrade: 'tcp' },
+      headers: { ...e.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'Upgrade', upgrade: 'tcp' },
     })
     let socket: Socket | undefined
     const timer = setTimeout(() => {
@@ -182,7 +199,12 @@ export async function execStart (socketPath: string, execId: string, timeoutMs: 
     req.on('response', (res) => {
       let text = ''
       res.on('data', (b: Buffer) => { text += b.toString() })
-      res.on('end', () => { clearTimeout(timer); reject(new Error(`exec start ${execId}: expected 101, got ${res.statusCode} ${text.trim()}`)) })
+      res.on('end', () => {
+        clearTimeout(timer)
+        // A proxy that turned the 101 into 200 passes the raw stream on as the body: show its size, not its bytes.
+        const shown = /^[\x20-\x7e\s]*$/.test(text) ? text.trim().slice(0, 200) : `and ${text.length} bytes of stream data`
+        reject(new Error(`exec start ${execId.slice(0, 12)}: expected 101, got ${res.statusCode} ${shown}`))
+      })
     })
     req.on('upgrade', (res, sock: Socket, head: Buffer) => {
       socket = sock
@@ -212,5 +234,46 @@ export async function execStart (socketPath: string, execId: string, timeoutMs: 
       sock.once('error', (err) => { if (!done) { done = true; clearTimeout(timer); reject(err) } })
     })
     req.end(body)
+  })
+}
+
+/**
+ * A stream held open: `GET /containers/{id}/logs?follow=1` or an attach hijacked as
+ * CLI 28.x does it. Resolves once the response head has arrived (the stream is then
+ * established); `close()` ends it. `status` is what the server answered (101 for an
+ * attach upgrade, 200 for logs, or an old-style 200 for an attach).
+ */
+export interface HeldStream { readonly status: number, bytes: number, close (): void }
+
+export async function holdStream (e: Endpoint, kind: 'logs' | 'attach', containerId: string, timeoutMs = 30_000): Promise<HeldStream> {
+  const attach = kind === 'attach'
+  return await new Promise<HeldStream>((resolve, reject) => {
+    const req = http.request({
+      socketPath: e.socket,
+      method: attach ? 'POST' : 'GET',
+      path: attach
+        ? `${API}/containers/${containerId}/attach?stream=1&stdout=1&stderr=1`
+        : `${API}/containers/${containerId}/logs?follow=1&stdout=1&stderr=1&tail=0`,
+      agent: false,
+      headers: attach ? { ...e.headers, connection: 'Upgrade', upgrade: 'tcp' } : { ...e.headers },
+    })
+    const timer = setTimeout(() => { req.destroy(new Error(`${kind} ${containerId.slice(0, 12)}: no answer within ${timeoutMs} ms`)) }, timeoutMs)
+    req.on('error', (err) => { clearTimeout(timer); reject(err) })
+    req.on('response', (res) => {
+      clearTimeout(timer)
+      const held: HeldStream = { status: res.statusCode ?? 0, bytes: 0, close: () => { res.destroy(); req.destroy() } }
+      res.on('data', (b: Buffer) => { held.bytes += b.length })
+      res.on('error', () => {})
+      if (held.status !== 200) { held.close(); reject(new Error(`${kind} ${containerId.slice(0, 12)}: status ${held.status}`)); return }
+      resolve(held)
+    })
+    req.on('upgrade', (res, sock: Socket) => {
+      clearTimeout(timer)
+      const held: HeldStream = { status: res.statusCode ?? 0, bytes: 0, close: () => { sock.destroy() } }
+      sock.on('data', (b: Buffer) => { held.bytes += b.length })
+      sock.on('error', () => {})
+      resolve(held)
+    })
+    req.end()
   })
 }

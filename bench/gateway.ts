@@ -10,7 +10,12 @@ import { Pool } from 'undici'
 
 export interface GatewayProcess {
   readonly pid: number
+  /** The admin socket: a fixed identity (role admin) for whoever connects. */
   readonly socket: string
+  /** A second unix socket without identity: bearer tokens only (the tenant's, in the bench). */
+  readonly tokenSocket: string
+  /** The loopback TCP listener: bearer tokens only. */
+  readonly tcp: { host: string, port: number }
   readonly configFile: string
   /** The last lines the gateway wrote (stdout and stderr), for error reports. */
   output (): string
@@ -21,22 +26,42 @@ export interface GatewayProcess {
 
 const CLI = path.join(__dirname, '..', 'src', 'cli.js')
 
-export async function startGatewayProcess (dir: string, engineSocket: string): Promise<GatewayProcess> {
+export interface GatewayOptions {
+  /** The policy directory (default: the repository's policies/). */
+  policyDir?: string
+  /** HS256 secret for bearer tokens on the TCP listener and the token socket. */
+  jwtSecret: string
+  /** Loopback TCP port of the bearer-token listener. */
+  tcpPort: number
+  /** Extra node options (profiling). */
+  nodeArgs?: string[]
+}
+
+/**
+ * A realistic deployment: authentication, policy and audit on. Three listeners: the
+ * admin socket (fixed identity), a unix socket and a loopback TCP port that take HS256
+ * bearer tokens only; the audit trail goes to a file in `dir`.
+ */
+export async function startGatewayProcess (dir: string, engineSocket: string, options: GatewayOptions): Promise<GatewayProcess> {
   const socket = path.join(dir, 'gw.sock')
+  const tokenSocket = path.join(dir, 'gw-token.sock')
+  const tcp = { host: '127.0.0.1', port: options.tcpPort }
   const configFile = path.join(dir, 'portcullis.yaml')
-  fs.mkdirSync(path.join(dir, 'policies'), { recursive: true })
   fs.writeFileSync(configFile, [
     'listen:',
     `  - { unix: ${socket}, identity: { subject: tester, roles: [admin] } }`,
+    `  - { unix: ${tokenSocket} }`,
+    `  - { tcp: "${tcp.host}:${tcp.port}" }`,
     `upstream: unix://${engineSocket}`,
-    `policy: { dir: ${path.resolve(__dirname, '../../policies')} }`,
+    `auth: { jwt: { secret: ${JSON.stringify(options.jwtSecret)} } }`,
+    `policy: { dir: ${options.policyDir ?? path.resolve(__dirname, '../../policies')} }`,
     `audit: { file: ${path.join(dir, 'audit.jsonl')} }`,
     'log: { level: warn }',
     'shutdown: { graceSeconds: 2 }',
     '',
   ].join('\n'))
 
-  const child: ChildProcess = spawn(process.execPath, ['--max-semi-space-size=4', CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child: ChildProcess = spawn(process.execPath, ['--max-semi-space-size=4', ...(options.nodeArgs ?? []), CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'pipe'] })
   let tail = ''
   const keep = (b: Buffer): void => { tail = (tail + b.toString()).slice(-16_384) }
   child.stdout?.on('data', keep)
@@ -64,25 +89,27 @@ export async function startGatewayProcess (dir: string, engineSocket: string): P
 
   // Ready when a ping through it succeeds.
   const deadline = Date.now() + 20_000
+  let last = 'no answer'
   for (;;) {
     if (exitedNow) await exited
     if (fs.existsSync(socket)) {
       const pool = new Pool('http://localhost', { socketPath: socket, connections: 1 })
       try {
         const r = await pool.request({ method: 'GET', path: '/_ping' })
-        await r.body.arrayBuffer()
+        const text = await r.body.text()
         if (r.statusCode === 200) break
+        last = `${r.statusCode} ${text.trim()}`
       } catch { /* not yet */ } finally {
         await pool.destroy()
       }
     }
     if (Date.now() > deadline) {
       await stop()
-      throw new Error(`gateway did not become ready within 20 s\n${tail}`)
+      throw new Error(`gateway did not become ready within 20 s (GET /_ping on the admin socket: ${last})\n${tail}`)
     }
     await sleep(100)
   }
-  return { pid: child.pid, socket, configFile, output: () => tail, exited, stop }
+  return { pid: child.pid, socket, tokenSocket, tcp, configFile, output: () => tail, exited, stop }
 }
 
 /** A process's memory from /proc/<pid>/status, in bytes. */

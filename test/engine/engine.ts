@@ -163,7 +163,17 @@ export async function stopStaleEngine(dir?: string): Promise<boolean> {
   return stale;
 }
 
-export async function startEngine(dir: string): Promise<EngineInfo> {
+/** Options of startEngine; the tests use none. */
+export interface EngineOptions {
+  /**
+   * Also listen on tcp://127.0.0.1:PORT (plain HTTP, no TLS). dockerd runs in a network
+   * namespace of its own, so the port is reachable only from inside it: run the client
+   * with `nsenter --net=/proc/<info.pid>/ns/net` (the benchmark does, for wrk).
+   */
+  tcpPort?: number;
+}
+
+export async function startEngine(dir: string, options: EngineOptions = {}): Promise<EngineInfo> {
   if (process.getuid?.() !== 0) throw new Error('the test engine must be started as root');
   dir = path.resolve(dir);
   if (!fitsSocketLimit(dir)) {
@@ -176,7 +186,7 @@ export async function startEngine(dir: string): Promise<EngineInfo> {
   fs.mkdirSync(dir, { recursive: true });
   const info = engineInfo(dir, 0);
   try {
-    const failure = spawnDockerd(info, dockerd);
+    const failure = spawnDockerd(info, dockerd, options);
     await waitForPing(info.socket, failure);
     info.pid = Number(fs.readFileSync(path.join(dir, 'dockerd.pid'), 'utf8').trim());
     await ensureImage(info);
@@ -190,7 +200,7 @@ export async function startEngine(dir: string): Promise<EngineInfo> {
 }
 
 /** Starts dockerd detached; returns a function telling whether it has died meanwhile. */
-function spawnDockerd(info: EngineInfo, dockerd: string): () => string | undefined {
+function spawnDockerd(info: EngineInfo, dockerd: string, options: EngineOptions): () => string | undefined {
   const { dir } = info;
   // Own config file, so /etc/docker/daemon.json is not read, and the daemon key
   // (which also gives the engine its ID) is not shared via /etc/docker/key.json.
@@ -204,6 +214,7 @@ function spawnDockerd(info: EngineInfo, dockerd: string): () => string | undefin
     `--config-file=${config}`,
     '--iptables=false',
   ];
+  if (options.tcpPort !== undefined) dockerdArgs.push(`--host=tcp://127.0.0.1:${options.tcpPort}`);
   // dockerd gets its own mount and network namespaces: docker0, user networks,
   // published ports and all overlay/netns mounts stay private to this engine
   // (another dockerd on the host would otherwise share docker0 and its subnet)
