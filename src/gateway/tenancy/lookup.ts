@@ -39,9 +39,12 @@ export function ownerOf (labels: Labels): string | null {
   return typeof v === 'string' ? v : null
 }
 
+export interface Limits { readonly memory: number, readonly nanoCpus: number }
+
 export class OwnerCache {
   private readonly owners = new Map<string, string | null>()
   private readonly parents = new Map<string, string>()
+  private readonly limitsOf = new Map<string, Limits>()
   live = false
 
   get (id: string): string | null | undefined { return this.live ? this.owners.get(id) : undefined }
@@ -49,8 +52,11 @@ export class OwnerCache {
   /** An exec's or task's container/service, immutable for its life. */
   parent (id: string): string | undefined { return this.live ? this.parents.get(id) : undefined }
   setParent (id: string, parent: string): void { if (this.live && this.parents.size < 100_000) this.parents.set(id, parent) }
-  evict (id: string): void { this.owners.delete(id); this.parents.delete(id) }
-  clear (): void { this.owners.clear(); this.parents.clear() }
+  /** A container's memory and CPU limits, for quotas; changed only by an update, which evicts it. */
+  limits (id: string): Limits | undefined { return this.live ? this.limitsOf.get(id) : undefined }
+  setLimits (id: string, limits: Limits): void { if (this.live && this.limitsOf.size < 100_000) this.limitsOf.set(id, limits) }
+  evict (id: string): void { this.owners.delete(id); this.parents.delete(id); this.limitsOf.delete(id) }
+  clear (): void { this.owners.clear(); this.parents.clear(); this.limitsOf.clear() }
 }
 
 const EVICTING = new Set(['destroy', 'delete', 'remove', 'update', 'untag', 'prune'])
@@ -110,7 +116,7 @@ export class Resolver {
   }
 
   /** The tenant's objects of a kind, listed with the owner-label filter. */
-  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string): Promise<any[]> {
+  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string, opts: { noSwarmIsEmpty?: boolean } = {}): Promise<any[]> {
     const filters = enc(serializeFilters(withLabel(new Map(), `${TENANT_LABEL}=${tenant}`)))
     const path = {
       container: `/containers/json?all=1&filters=${filters}`,
@@ -122,6 +128,8 @@ export class Resolver {
       image: `/images/json?all=1&filters=${filters}`,
     }[kind]
     const r = await this.get(path)
+    // Swarm objects on an engine that is not a swarm manager: there are none.
+    if (r.status === 503 && opts.noSwarmIsEmpty === true) return []
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `listing ${kind}s for an ownership check failed (${r.status})`)
     const list = kind === 'volume' ? r.body?.Volumes : r.body
     // Defence in depth: keep only what carries the label, whatever the engine did with the filter.

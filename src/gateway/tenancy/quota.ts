@@ -6,6 +6,7 @@
  */
 import { quotaFor, type Quota } from '../../policy/tenancy'
 import { num, refuse, type Call } from './call'
+import type { Limits } from './lookup'
 
 export interface Usage { containers: number, memory: number, nanoCpus: number }
 
@@ -33,18 +34,27 @@ export function serviceUsage (spec: any, nodes: number): Usage {
 export async function usage (call: Call, except?: { container?: string, service?: string }): Promise<Usage> {
   const total: Usage = { containers: 0, memory: 0, nanoCpus: 0 }
   const containers = (await call.r.ownList('container', call.tenant)).filter((c) => !c.Labels?.['com.docker.swarm.service.id'] && c.Id !== except?.container)
-  const inspected = await Promise.all(containers.map(async (c) => (await call.r.get(`/containers/${c.Id}/json`)).body))
-  for (const c of inspected) {
-    if (!c?.HostConfig) continue
+  // A container's limits are read once and kept until the engine reports it updated
+  // or gone: a create costs one list, not an inspect of every container the tenant has.
+  const limits = await Promise.all(containers.map(async (c): Promise<Limits | null> => {
+    const known = call.r.cache.limits(c.Id)
+    if (known !== undefined) return known
+    const hc = (await call.r.get(`/containers/${c.Id}/json`)).body?.HostConfig
+    if (!hc) return null
+    const l = { memory: num(hc.Memory), nanoCpus: cpuOf(hc) }
+    call.r.cache.setLimits(c.Id, l)
+    return l
+  }))
+  for (const l of limits) {
+    if (l === null) continue
     total.containers++
-    total.memory += num(c.HostConfig.Memory)
-    total.nanoCpus += cpuOf(c.HostConfig)
+    total.memory += l.memory
+    total.nanoCpus += l.nanoCpus
   }
-  const swarm = await call.r.probe('/services')
-  if (swarm.status === 200) {
-    const nodes = await nodeCount(call)
-    for (const s of (await call.r.ownList('service', call.tenant)).filter((s) => s.ID !== except?.service)) add(total, serviceUsage(s.Spec, nodes))
-  }
+  const services = (await call.r.ownList('service', call.tenant, { noSwarmIsEmpty: true })).filter((s) => s.ID !== except?.service)
+  // Nodes are counted only for global services, which run one task on each.
+  const nodes = services.some((s) => s.Spec?.Mode?.Global !== undefined) ? await nodeCount(call) : 1
+  for (const s of services) add(total, serviceUsage(s.Spec, nodes))
   return total
 }
 
