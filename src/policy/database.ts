@@ -94,14 +94,29 @@ export class PolicyDatabase extends EventEmitter {
     // An idle client's error (the server went away) must not crash the process.
     pool.on('error', (err) => log.warn({ db: settings.where, err: { message: reason(err) } }, 'policy database: idle connection failed'))
     const db = new PolicyDatabase(settings, modelText, pool, log)
-    try {
-      const adapter = await db.adapter(pool, true)
-      await adapter.close()
-    } catch (err) {
-      await pool.end().catch(() => {})
-      throw new DatabaseError(`cannot open the policy database at ${settings.where}: ${reason(err)}`)
+    // The adapter's migrations (node-pg-migrate 5) take a session-level try-lock and,
+    // on a client they did not open, never release it: they run on a connection of
+    // their own that is closed afterwards, which releases the lock. Of replicas starting
+    // together one migrates; the others are told "Another migration is already running"
+    // (or lose the race to create its table) and try again.
+    const migrating = async (exec: (c: PoolClient) => Promise<unknown>): Promise<unknown> => {
+      const c = await pool.connect()
+      try { return await exec(c) } finally { c.release(true) }
     }
-    return db
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const adapter = await PostgresAdapter.newAdapter({ dbClient: migrating, migrate: true })
+        await adapter.close()
+        return db
+      } catch (err) {
+        if (/Another migration is already running|already exists|duplicate key/.test(reason(err)) && attempt < 50) {
+          await new Promise((resolve) => setTimeout(resolve, 100 + Math.floor(Math.random() * 100)))
+          continue
+        }
+        await pool.end().catch(() => {})
+        throw new DatabaseError(`cannot open the policy database at ${settings.where}: ${reason(err)}`)
+      }
+    }
   }
 
   /** casbin-pg-adapter over one of our connections (a pool, or a client inside a transaction). */

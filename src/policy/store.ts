@@ -112,10 +112,16 @@ export class PolicyStore {
     if (!db) throw new PolicyChangeError([`the policy is read from files in ${this.dir}; changes through the API need policy.database`])
     const modelText = readModelText(this.dir)
     const problems: string[] = []
-    const stored = asStored(modelText, lines)
     lines.forEach((l, i) => {
-      if (JSON.stringify(stored[i]) !== JSON.stringify(l)) {
-        problems.push(`line ${i + 1} would be stored as ${JSON.stringify(stored[i] ?? null)} (the adapter joins fields with ", " and splits them again): send it in that form`)
+      let stored: PolicyLine | undefined
+      try {
+        stored = asStored(modelText, [l])[0]
+      } catch (err) {
+        problems.push(`line ${i + 1}: ${(err as Error).message}`)
+        return
+      }
+      if (JSON.stringify(stored) !== JSON.stringify(l)) {
+        problems.push(`line ${i + 1} would be stored as ${JSON.stringify(stored ?? null)} (the adapter joins fields with ", " and Casbin splits them again): send it in that form`)
       }
     })
     if (problems.length) throw new PolicyChangeError(problems)
