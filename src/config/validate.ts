@@ -1056,16 +1056,23 @@ function policyDatabase(ctx: Ctx, at: At, v: unknown): Config['policy']['databas
 /** `host:port/database` of a connection string, or why it is not one (never repeating the string: it may hold a password). */
 export function databaseWhere(url: string): string | { problem: string } {
   let u: URL;
+  let noHost = false;
   try {
     u = new URL(url);
   } catch {
-    return { problem: 'is not a URL (expected postgres://user@host:port/database)' };
+    // `postgres://user@/db?host=/socket/dir`: libpq and pg take an empty host, WHATWG URL does not.
+    try {
+      u = new URL(url.replace(/^(postgres(?:ql)?:\/\/[^/?#]*@)(?=[/?])/, '$1localhost'));
+      noHost = true;
+    } catch {
+      return { problem: 'is not a URL (expected postgres://user@host:port/database)' };
+    }
   }
   if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') return { problem: `expected a postgres:// or postgresql:// URL, got scheme ${shown(u.protocol.replace(/:$/, ''))}` };
   const db = decodeURIComponent(u.pathname.replace(/^\//, ''));
   if (!db) return { problem: 'names no database (postgres://user@host:port/DATABASE)' };
   const socket = u.searchParams.get('host');
-  const host = socket ?? (u.hostname ? decodeURIComponent(u.hostname) : '');
+  const host = socket ?? (u.hostname && !noHost ? decodeURIComponent(u.hostname) : '');
   if (!host) return { problem: 'names no host (postgres://user@HOST:port/database, or ?host=/socket/dir)' };
   return `${host.startsWith('/') ? host : `${host}:${u.port || '5432'}`}/${db}`;
 }
