@@ -132,6 +132,8 @@ export class PolicyDatabase extends EventEmitter {
     try {
       return await this.readWith(await this.adapter(this.pool, false))
     } catch (err) {
+      // A row Casbin cannot parse (written by hand) is a policy problem, not an outage.
+      if (!isDatabaseFailure(err)) throw new Error(`policy database at ${this.where}: ${reason(err)}`)
       throw this.failed(err, 'reading the policy lines')
     }
   }

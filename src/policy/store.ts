@@ -32,7 +32,8 @@ export class PolicyStore {
   private policy: Policy
   private watcher: fs.FSWatcher | null = null
   private timer: NodeJS.Timeout | null = null
-  private reloading: Promise<ReloadResult> | null = null
+  private pending: Promise<ReloadResult> | null = null
+  private tail: Promise<void> = Promise.resolve()
   /** Called after every reload attempt (metrics hook). */
   onReload: (r: ReloadResult) => void = () => {}
 
@@ -75,23 +76,34 @@ export class PolicyStore {
     return await loadPolicy(this.dir, { name: DATABASE_SOURCE, lines: await this.database.read() })
   }
 
+  /**
+   * Reloads and changes run one at a time, in order, so that a reload that read the
+   * lines before a change was committed cannot swap in the older policy after it.
+   */
+  private serial<T> (fn: () => Promise<T>): Promise<T> {
+    const run = this.tail.then(fn, fn)
+    this.tail = run.then(() => {}, () => {})
+    return run
+  }
+
   async reload (): Promise<ReloadResult> {
-    // Reloads do not overlap: a change during a reload is picked up by the next one.
-    this.reloading ??= (async () => {
+    // Requests for a reload that has not started yet share it; one that arrives while a
+    // reload is running (a notification after it read the lines) gets its own.
+    this.pending ??= this.serial(async () => {
+      this.pending = null
+      let result: ReloadResult
       try {
         const next = await this.compile()
-        return { ok: true, version: this.swap(next, 'policy reloaded') }
+        result = { ok: true, version: this.swap(next, 'policy reloaded') }
       } catch (err) {
         const problems = err instanceof PolicyError ? [...err.problems] : [(err as Error).message]
         this.log.error({ policyVersion: this.policy.version, problems }, 'policy reload failed; keeping the running policy')
-        return { ok: false, version: this.policy.version, problems }
-      } finally {
-        this.reloading = null
+        result = { ok: false, version: this.policy.version, problems }
       }
-    })()
-    const result = await this.reloading
-    this.onReload(result)
-    return result
+      this.onReload(result)
+      return result
+    })
+    return await this.pending
   }
 
   private swap (next: Policy, what: string): string {
@@ -125,7 +137,7 @@ export class PolicyStore {
       }
     })
     if (problems.length) throw new PolicyChangeError(problems)
-    const next = await db.transaction(async (tx) => {
+    const next = await this.serial(async () => await db.transaction(async (tx) => {
       const current = await tx.read()
       const key = (l: PolicyLine): string => JSON.stringify(l)
       const have = new Set(current.map(key))
@@ -148,9 +160,11 @@ export class PolicyStore {
       if (action === 'add') await tx.add(lines)
       else await tx.remove(lines)
       return policy
-    })
-    this.swap(next, 'policy changed through the admin API')
-    this.onReload({ ok: true, version: next.version })
+    }).then((policy) => {
+      this.swap(policy, 'policy changed through the admin API')
+      this.onReload({ ok: true, version: policy.version })
+      return policy
+    }))
     let notified = true
     try {
       await db.notify()
