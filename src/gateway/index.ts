@@ -103,7 +103,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       }
       const before = describeConfig(current)
       const after = describeConfig(next)
-      const restartNeeded = ['listen', 'upstream', 'api', 'limits'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
+      const restartNeeded = ['listen', 'upstream', 'api', 'limits', 'policy'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
       if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
       current = { ...current, log: next.log, auth: next.auth, registries: next.registries }
       log.info('configuration reloaded')

@@ -251,7 +251,13 @@ export class PolicyDatabase extends EventEmitter {
     }
   }
 
-  /** Tell the other replicas (their watchers) that the lines changed. */
+  /**
+   * Tell the other replicas (their watchers) that the lines changed. casbin-pg-watcher
+   * 0.1.1 swallows a failed NOTIFY (its `closed` flag starts out true), so this only
+   * fails when we know the listener is gone; a notification lost otherwise is caught up
+   * when the other replicas' listeners reconnect or their health check sees the
+   * database return (both reload).
+   */
   async notify (): Promise<void> {
     if (!this.watcher) throw new DatabaseError(`cannot notify the other replicas: not listening on the policy database at ${this.where}`)
     try {
