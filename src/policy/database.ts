@@ -120,17 +120,17 @@ export class PolicyDatabase extends EventEmitter {
   }
 
   /** casbin-pg-adapter over one of our connections (a pool, or a client inside a transaction). */
-  private async adapter (over: Pool | PoolClient, migrate: boolean): Promise<PostgresAdapter> {
+  private async adapter (over: Pool | PoolClient): Promise<PostgresAdapter> {
     const dbClient = over instanceof Pool
       ? async (exec: (c: PoolClient) => Promise<unknown>) => { const c = await over.connect(); try { return await exec(c) } finally { c.release() } }
       : async (exec: (c: PoolClient) => Promise<unknown>) => await exec(over)
-    return await PostgresAdapter.newAdapter({ dbClient, migrate })
+    return await PostgresAdapter.newAdapter({ dbClient, migrate: false })
   }
 
   /** Read every line through the adapter, in canonical order. */
   async read (): Promise<PolicyLine[]> {
     try {
-      return await this.readWith(await this.adapter(this.pool, false))
+      return await this.readWith(await this.adapter(this.pool))
     } catch (err) {
       // A row Casbin cannot parse (written by hand) is a policy problem, not an outage.
       if (!isDatabaseFailure(err)) throw new Error(`policy database at ${this.where}: ${reason(err)}`)
@@ -159,7 +159,7 @@ export class PolicyDatabase extends EventEmitter {
     try {
       await client.query('BEGIN')
       await client.query('LOCK TABLE casbin IN SHARE ROW EXCLUSIVE MODE')
-      const adapter = await this.adapter(client, false)
+      const adapter = await this.adapter(client)
       const tx: PolicyTransaction = {
         read: async () => await this.readWith(adapter),
         add: async (lines) => { for (const l of lines) await adapter.addPolicy(l[0], l[0], l.slice(1)) },

@@ -56,9 +56,13 @@ export class PolicyStore {
     const db = await PolicyDatabase.open(database, modelText, log)
     try {
       if (await db.seedIfEmpty(stored)) log.warn({ db: db.where, lines: stored.length, file: seed.file }, 'policy database was empty: seeded it from the policy directory')
+      // Listen before reading: a change made elsewhere in between is not lost.
+      let store: PolicyStore | null = null
+      let early = false
+      await db.watch(() => { if (store) void store.reload(); else early = true })
       const policy = await loadPolicy(dir, { name: DATABASE_SOURCE, lines: await db.read() })
-      const store = new PolicyStore(dir, policy, log, db)
-      await db.watch(() => { void store.reload() })
+      store = new PolicyStore(dir, policy, log, db)
+      if (early) void store.reload()
       return store
     } catch (err) {
       await db.close()
