@@ -381,6 +381,33 @@ t.test('upstream URLs', async (t) => {
   t.same(bad('42'), ['upstream: expected a URL (unix:///path or tcp://host:port) or a mapping with url and tls, got number 42']);
 });
 
+t.test('policy.database: a PostgreSQL connection string, named without its password', async (t) => {
+  const db = (yaml: string): Config['policy'] => parseConfig(`policy: ${yaml}\n`, '/etc/portcullis/p.yaml').policy;
+  t.same(db('{ dir: pol, database: { url: "postgres://gw:s3cret@db.example:5433/policy" } }'), {
+    dir: '/etc/portcullis/pol',
+    database: { url: 'postgres://gw:s3cret@db.example:5433/policy', where: 'db.example:5433/policy', channel: 'portcullis_policy' },
+  });
+  t.same(db('{ database: { url: "postgresql://gw@/policy?host=/run/postgresql", channel: gw_policy } }').database,
+    { url: 'postgresql://gw@/policy?host=/run/postgresql', where: '/run/postgresql/policy', channel: 'gw_policy' });
+  t.same(db('{ database: { url: "postgres://gw@db/policy" } }').database?.where, 'db:5432/policy', 'default port');
+  t.notOk('database' in db('{ dir: pol }'), 'absent: the policy is read from files');
+  const c = parseConfig('policy: { database: { url: "postgres://gw:s3cret@db.example/policy" } }\n', '/etc/portcullis/p.yaml');
+  t.same(describeConfig(c)['policy'], { dir: '/etc/portcullis/policies', database: { where: 'db.example:5432/policy', channel: 'portcullis_policy' } }, 'described by where it is');
+  t.notOk(JSON.stringify(describeConfig(c)).includes('s3cret'), 'never with the password');
+
+  const bad = (yaml: string): string[] => problemsOf(() => parseConfig(`policy: ${yaml}\n`, '/etc/portcullis/p.yaml'));
+  t.same(bad('{ database: {} }'), ['policy.database.url: required: a PostgreSQL connection string, e.g. postgres://portcullis@db.example:5432/portcullis']);
+  t.same(bad('{ database: { url: "mysql://u:pw@h/db" } }'), ['policy.database.url: expected a postgres:// or postgresql:// URL, got scheme "mysql"']);
+  t.same(bad('{ database: { url: "postgres://u:pw@h" } }'), ['policy.database.url: names no database (postgres://user@host:port/DATABASE)']);
+  t.same(bad('{ database: { url: "not a url" } }'), ['policy.database.url: is not a URL (expected postgres://user@host:port/database)']);
+  t.same(bad('{ database: { url: "postgres://h/db", channel: "Bad-Channel", table: t } }'), [
+    'policy.database.table: unknown key',
+    'policy.database.channel: must be a lower-case PostgreSQL identifier (letters, digits, _), got "Bad-Channel"',
+  ]);
+  t.same(bad('{ database: "postgres://h/db" }'), ['policy.database: expected a mapping, got "postgres://h/db"']);
+  for (const p of bad('{ database: { url: "mysql://u:s3cret@h/db" } }')) t.notOk(p.includes('s3cret'), 'a problem never repeats the password');
+});
+
 t.test('jwt key sources and algorithms', async (t) => {
   const dir = t.testdir({});
   const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });

@@ -416,6 +416,8 @@ async function exposedNames (): Promise<Set<string>> {
   m.observeRequest({ ...base, decision: 'deny', rule: 'r', wouldDeny: ['w'] })
   m.setPolicyVersion('v')
   m.setReadiness({ engine: true, policy: true })
+  // Exposed only with policy.database (labelled by the database).
+  m.policyDatabaseUp('db.example:5432/portcullis')
   return new Set(parseProm(await m.metrics()).map((s) => s.name))
 }
 

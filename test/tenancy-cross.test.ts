@@ -501,6 +501,9 @@ const NO_REFERENCE: Record<string, string> = {
   SwarmUnlock: 'the swarm itself (denied to tenants)',
   Session: 'a BuildKit session: names no object by itself',
   Grpc: 'BuildKit\'s gRPC tunnel (denied to tenants)',
+  PortcullisPolicyList: 'the gateway\'s policy admin API: no engine object (admins only; test/scale-out.test.ts)',
+  PortcullisPolicyAdd: 'the gateway\'s policy admin API: no engine object (admins only; test/scale-out.test.ts)',
+  PortcullisPolicyRemove: 'the gateway\'s policy admin API: no engine object (admins only; test/scale-out.test.ts)',
 }
 
 const notCompared = (why: string): { control: string } => ({ control: why })

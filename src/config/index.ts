@@ -223,7 +223,8 @@ export function describeConfig(c: Config): JsonObject {
     auth['mtls'] = { subject: [...c.auth.mtls.subject], tenant: [...c.auth.mtls.tenant], roles: [...c.auth.mtls.roles] };
   }
   out['auth'] = auth;
-  out['policy'] = { dir: c.policy.dir };
+  // The database by where it is, never by its connection string (it may hold the password).
+  out['policy'] = { dir: c.policy.dir, ...(c.policy.database ? { database: { where: c.policy.database.where, channel: c.policy.database.channel } } : {}) };
   out['audit'] = auditSummary(c.audit);
   const metrics: JsonObject = {};
   if (c.metrics.listen !== undefined) metrics['listen'] = formatHostPort(c.metrics.listen);

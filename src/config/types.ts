@@ -39,6 +39,24 @@ export interface AuditTransportConfig {
   options?: { [key: string]: unknown };
 }
 
+/**
+ * `policy.database`: the enforce set's Casbin lines in PostgreSQL (casbin-pg-adapter's
+ * table `casbin`), changes propagated to every replica by LISTEN/NOTIFY on `channel`
+ * (casbin-pg-watcher).
+ */
+export interface PolicyDatabaseConfig {
+  /** Connection string; may hold a password (PGPASSWORD is the other way): never logged. */
+  url: string;
+  /** `host:port/database` (or the socket directory): what logs and errors name. */
+  where: string;
+  channel: string;
+}
+
+export interface PolicyConfig {
+  dir: string;
+  database?: PolicyDatabaseConfig;
+}
+
 /** TLS file locations; absolute paths after loading. */
 export interface TlsFiles {
   cert: string;
@@ -157,7 +175,7 @@ export interface Config {
   api: { minVersion: string; maxVersion: string };
   limits: { jsonBodyBytes: number };
   auth: AuthConfig;
-  policy: { dir: string };
+  policy: PolicyConfig;
   audit: AuditConfig;
   /** `tenants`: the tenants that get their own `tenant` label value; every other tenant is counted as `other`. */
   metrics: { listen?: { host: string; port: number }; tenants?: string[] };

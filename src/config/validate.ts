@@ -949,8 +949,9 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
 
   const authCfg = auth(ctx, value);
 
-  const policyM = section(ctx, value, 'policy', ['dir']);
+  const policyM = section(ctx, value, 'policy', ['dir', 'database']);
   const dir = optStr(ctx, policyM, new At(['policy']), 'dir') ?? DEFAULTS.policyDir;
+  const database = own(policyM, 'database') === undefined ? undefined : policyDatabase(ctx, new At(['policy', 'database']), own(policyM, 'database'));
 
   const auditCfg = audit(ctx, value);
 
@@ -1006,7 +1007,7 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
     api: apiWindow,
     limits: { jsonBodyBytes },
     auth: authCfg,
-    policy: { dir: ctx.path(dir) },
+    policy: { dir: ctx.path(dir), ...(database ? { database } : {}) },
     audit: auditCfg,
     metrics,
     registries,
@@ -1014,6 +1015,66 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
     shutdown: { graceSeconds },
   };
   return { config, problems: ctx.problems };
+}
+
+// ---------------------------------------------------------------------------
+// Policy database
+
+export const DEFAULT_POLICY_CHANNEL = 'portcullis_policy';
+
+/**
+ * `policy.database: { url, channel }`. The url is a PostgreSQL connection string
+ * (`postgres://user@host:5432/db`, `postgres://user@/db?host=/run/postgresql` for a
+ * socket); the password may be in it or in PGPASSWORD. Messages name host, port and
+ * database only.
+ */
+function policyDatabase(ctx: Ctx, at: At, v: unknown): Config['policy']['database'] {
+  const m = mapping(ctx, at, v, ['url', 'channel']);
+  if (m === undefined) return undefined;
+  const urlV = own(m, 'url');
+  if (urlV === undefined) {
+    ctx.problem(at.k('url'), 'required: a PostgreSQL connection string, e.g. postgres://portcullis@db.example:5432/portcullis');
+    return undefined;
+  }
+  const url = str(ctx, at.k('url'), urlV);
+  const channelV = own(m, 'channel');
+  let channel: string = DEFAULT_POLICY_CHANNEL;
+  if (channelV !== undefined) {
+    const c = str(ctx, at.k('channel'), channelV);
+    if (c !== undefined && !/^[a-z_][a-z0-9_]{0,62}$/.test(c)) ctx.problem(at.k('channel'), `must be a lower-case PostgreSQL identifier (letters, digits, _), got ${shown(c)}`);
+    else if (c !== undefined) channel = c;
+  }
+  if (url === undefined) return undefined;
+  const where = databaseWhere(url);
+  if (typeof where !== 'string') {
+    ctx.problem(at.k('url'), where.problem);
+    return undefined;
+  }
+  return { url, where, channel };
+}
+
+/** `host:port/database` of a connection string, or why it is not one (never repeating the string: it may hold a password). */
+export function databaseWhere(url: string): string | { problem: string } {
+  let u: URL;
+  let noHost = false;
+  try {
+    u = new URL(url);
+  } catch {
+    // `postgres://user@/db?host=/socket/dir`: libpq and pg take an empty host, WHATWG URL does not.
+    try {
+      u = new URL(url.replace(/^(postgres(?:ql)?:\/\/[^/?#]*@)(?=[/?])/, '$1localhost'));
+      noHost = true;
+    } catch {
+      return { problem: 'is not a URL (expected postgres://user@host:port/database)' };
+    }
+  }
+  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') return { problem: `expected a postgres:// or postgresql:// URL, got scheme ${shown(u.protocol.replace(/:$/, ''))}` };
+  const db = decodeURIComponent(u.pathname.replace(/^\//, ''));
+  if (!db) return { problem: 'names no database (postgres://user@host:port/DATABASE)' };
+  const socket = u.searchParams.get('host');
+  const host = socket ?? (u.hostname && !noHost ? decodeURIComponent(u.hostname) : '');
+  if (!host) return { problem: 'names no host (postgres://user@HOST:port/database, or ?host=/socket/dir)' };
+  return `${host.startsWith('/') ? host : `${host}:${u.port || '5432'}`}/${db}`;
 }
 
 // ---------------------------------------------------------------------------

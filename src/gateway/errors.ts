@@ -20,6 +20,10 @@ export const errorCatalog = {
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
   POLICY_FAILED: 500,
+  /** A policy change through the admin API that does not compile, or cannot be applied: nothing was written. */
+  POLICY_INVALID: 400,
+  /** The policy database does not answer: the change was not made. */
+  POLICY_STORE_UNAVAILABLE: 503,
   // Tenancy: another tenant's object answers as a missing one; a name held by another tenant
   NOT_FOUND: 404,
   /** A body or query names an object the tenant does not have (the engine's 400 for VolumesFrom). */

@@ -13,6 +13,7 @@ import { AuditTrail } from '../audit'
 import { Metrics } from '../metrics'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
 import { Credentials, Tenancy } from './tenancy'
+import { policyAdmin } from './admin'
 
 export interface Gateway {
   readonly listeners: readonly Listening[]
@@ -33,16 +34,22 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   // Reads the key material; replaced on reload (new keys, claims, mappings).
   let authenticator: Authenticator = createAuthenticator(config.auth)
   // A missing or invalid policy stops the start-up (PolicyError lists the problems).
-  const policy = await PolicyStore.open(config.policy.dir, log)
+  // With policy.database, an unreachable database stops it too (fail closed).
+  const policy = await PolicyStore.open(config.policy.dir, log, config.policy.database)
   const metrics = new Metrics({ tenants: config.metrics.tenants ?? [], listeners: config.listen.map((l) => l.name), version: packageVersion() })
   metrics.setPolicyVersion(policy.current.version)
   policy.onReload = (r) => { metrics.policyReloaded(r.ok, r.version) }
+  if (policy.database) {
+    metrics.policyDatabaseUp(policy.database.where)
+    policy.database.on('failure', () => { metrics.policyDatabaseFailed() })
+    policy.database.on('up', () => { metrics.policyDatabaseUp() })
+  }
   // With audit.onFailure: closed, a trail that cannot be opened stops the start-up.
   const audit = AuditTrail.open(config.audit, log)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
   const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log)
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
@@ -51,11 +58,18 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     tenancy.close()
     await upstream.close()
     await audit.close()
+    await policy.close()
     throw err
   }
   policy.watch()
   const metricsServer = config.metrics.listen
-    ? await startMetricsServer(config.metrics.listen, metrics, async () => ({ engine: await engineReachable(upstream), policy: true }), log)
+    ? await startMetricsServer(config.metrics.listen, metrics, async () => ({
+      engine: await engineReachable(upstream),
+      // With a policy database: not ready while it does not answer (the last good policy
+      // stays in force, but changes made through other replicas do not arrive).
+      policy: policy.sourceHealthy,
+      ...(policy.database && !policy.database.healthy ? { detail: { policyDatabase: policy.database.lastError ?? `${policy.database.where} unreachable` } } : {}),
+    }), log)
     : null
   log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address), policyVersion: policy.current.version }, 'portcullis started')
   for (const l of config.listen) {
@@ -89,7 +103,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       }
       const before = describeConfig(current)
       const after = describeConfig(next)
-      const restartNeeded = ['listen', 'upstream', 'api', 'limits'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
+      const restartNeeded = ['listen', 'upstream', 'api', 'limits', 'policy'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
       if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
       current = { ...current, log: next.log, auth: next.auth, registries: next.registries }
       log.info('configuration reloaded')
@@ -107,7 +121,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       await upstream.close()
       await metricsServer?.close()
       await audit.close()
-      policy.close()
+      await policy.close()
       log.info('stopped')
     },
   }

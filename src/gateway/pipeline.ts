@@ -31,6 +31,7 @@ import { hijack, writeSocketError, type HijackClient } from './hijack'
 import { execInfo, type Upstream } from './upstream'
 import { encodeBody } from '../policy/body/decode'
 import type { Tenancy } from './tenancy'
+import type { PolicyAdmin } from './admin'
 
 export interface GatewayDeps {
   readonly api: ApiWindow
@@ -45,6 +46,8 @@ export interface GatewayDeps {
   readonly metrics: Metrics
   readonly audit: AuditTrail
   readonly tenancy: Tenancy
+  /** Answers the gateway's own policy admin API (operations of kind `policy`). */
+  readonly admin: PolicyAdmin
 }
 
 /** What is in progress, so that shutdown can drain requests and close long streams. */
@@ -271,7 +274,9 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     const op = ctx.target!.operation
     if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
     const body = await inspect(deps, ctx, req)
-    if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
+    if (op.kind === 'policy') {
+      await deps.admin(ctx, body, res)
+    } else if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
       await sessionExit(deps, ctx)

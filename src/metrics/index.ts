@@ -101,6 +101,9 @@ export class Metrics {
   private readonly policyReloads: Counter<'result'>
   private readonly policyInfo: Gauge<'version'>
   private readonly lastReloadOk: Gauge
+  private readonly databaseFailures: Counter
+  private readonly databaseUp: Gauge<'database'>
+  private database = ''
   private readonly auditRecords: Counter
   private readonly auditFailures: Counter
   private readonly upstreamErrors: Counter<'kind'>
@@ -185,6 +188,17 @@ export class Metrics {
       registers,
     })
     this.lastReloadOk.set(1)
+    this.databaseFailures = new Counter({
+      name: `${PREFIX}policy_database_failures_total`,
+      help: 'Failed reads, writes, notifications and health checks of the policy database (policy.database).',
+      registers,
+    })
+    this.databaseUp = new Gauge({
+      name: `${PREFIX}policy_database_up`,
+      help: 'Whether the policy database (host:port/name) answered its last check (1) or not (0); absent without policy.database.',
+      labelNames: ['database'],
+      registers,
+    })
     this.auditRecords = new Counter({ name: `${PREFIX}audit_records_total`, help: 'Audit records written.', registers })
     this.auditFailures = new Counter({ name: `${PREFIX}audit_failures_total`, help: 'Audit records that could not be written.', registers })
     this.upstreamErrors = new Counter({
@@ -275,6 +289,19 @@ export class Metrics {
     if (this.policyVersion !== null) this.policyInfo.remove({ version: this.policyVersion })
     this.policyVersion = version
     this.policyInfo.set({ version }, 1)
+  }
+
+  /** A policy database operation failed: counted, and the database is down until a check succeeds. */
+  policyDatabaseFailed (): void {
+    this.databaseFailures.inc()
+    this.databaseUp.set({ database: this.database }, 0)
+  }
+
+  /** The policy database `where` (host:port/name) answers; call once at start-up with its name. */
+  policyDatabaseUp (where?: string): void {
+    if (where !== undefined) this.database = where
+    this.databaseFailures.inc(0)
+    this.databaseUp.set({ database: this.database }, 1)
   }
 
   auditWritten (): void { this.auditRecords.inc() }

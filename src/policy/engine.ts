@@ -63,8 +63,12 @@ export interface Evaluation {
 
 export interface Policy {
   readonly dir: string
-  /** sha256 over every file the policy was compiled from (first 12 hex digits). */
+  /** sha256 over every file the policy was compiled from, and the database's lines when they form the enforce set (first 12 hex digits). */
   readonly version: string
+  /** Where the enforce set's lines came from: the manifest's file, or `database`. */
+  readonly source: 'files' | 'database'
+  /** The lines of the enforce set (`['p', ...fields]`, `['g', ...fields]`), in evaluation order. */
+  readonly lines: readonly PolicyLine[]
   /** How objects are scoped to tenants (tenancy.yaml; defaults without one). */
   readonly tenancy: TenancySettings
   evaluate (who: Principal, request: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation>
@@ -76,6 +80,18 @@ export class PolicyError extends Error {
     super(`invalid policy in ${dir}:\n${problems.map((p) => `  - ${p}`).join('\n')}`)
     this.problems = problems
   }
+}
+
+/** One Casbin line as stored: the ptype (`p` or `g`) and its fields. */
+export type PolicyLine = readonly string[]
+
+/**
+ * The enforce set's lines given from elsewhere than the manifest's file (the
+ * database, see src/policy/database.ts). They are compiled exactly as a file's are.
+ */
+export interface LineSource {
+  readonly name: string
+  readonly lines: readonly PolicyLine[]
 }
 
 type Condition = (context: Record<string, unknown>) => unknown
@@ -223,20 +239,36 @@ function checkRule (where: string, rule: string[], seen: Set<string>, problems: 
   }
 }
 
-async function compileSet (dir: string, model: string, file: string, mode: Mode, problems: string[]): Promise<PolicySet | null> {
-  let text: string
-  try {
-    text = fs.readFileSync(path.join(dir, file), 'utf8')
-  } catch (err) {
-    problems.push(`${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
-    return null
-  }
+async function compileSet (dir: string, model: string, file: string, mode: Mode, problems: string[], given?: LineSource): Promise<PolicySet | null> {
   let enforcer: Enforcer
-  try {
-    enforcer = await newEnforcer(newModel(model), new StringAdapter(text))
-  } catch (err) {
-    problems.push(`${file}: ${(err as Error).message}`)
-    return null
+  if (given) {
+    try {
+      enforcer = await newEnforcer(newModel(model))
+      const p = given.lines.filter((l) => l[0] === 'p').map((l) => l.slice(1))
+      const g = given.lines.filter((l) => l[0] === 'g').map((l) => l.slice(1))
+      const other = given.lines.find((l) => l[0] !== 'p' && l[0] !== 'g')
+      if (other) throw new Error(`line type ${JSON.stringify(other[0])}: only p and g lines are allowed`)
+      if (p.length) await enforcer.addNamedPolicies('p', p)
+      if (g.length) await enforcer.addNamedGroupingPolicies('g', g)
+    } catch (err) {
+      problems.push(`${given.name}: ${(err as Error).message}`)
+      return null
+    }
+    file = given.name
+  } else {
+    let text: string
+    try {
+      text = fs.readFileSync(path.join(dir, file), 'utf8')
+    } catch (err) {
+      problems.push(`${file}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
+      return null
+    }
+    try {
+      enforcer = await newEnforcer(newModel(model), new StringAdapter(text))
+    } catch (err) {
+      problems.push(`${file}: ${(err as Error).message}`)
+      return null
+    }
   }
   // `g, ci, tenant, *`: a role granted in every tenant.
   await enforcer.addNamedDomainMatchingFunc('g', Util.keyMatchFunc)
@@ -245,6 +277,7 @@ async function compileSet (dir: string, model: string, file: string, mode: Mode,
   const rules = await enforcer.getPolicy()
   const before = problems.length
   const conditions = rules.map((rule, i) => checkRule(`${file}: p line ${i + 1}`, rule, seen, problems))
+  if (given && !rules.length) problems.push(`${file}: holds no p lines (an empty policy would deny everything)`)
   if (problems.length > before) return null
   return { file, mode, enforcer, index: buildIndex(rules, conditions), principals: new Map() }
 }
@@ -256,14 +289,59 @@ function checkModel (model: string, name: string, problems: string[]): void {
   if (section('p') !== 'sub, dom, op, kind, eft, rule, cond') problems.push(`${name}: the policy definition must be: p = sub, dom, op, kind, eft, rule, cond`)
 }
 
-function digest (dir: string, files: string[]): string {
+function digest (dir: string, files: string[], lines?: readonly PolicyLine[]): string {
   const h = createHash('sha256')
   for (const f of [...files].sort()) {
     h.update(f).update('\0')
     try { h.update(fs.readFileSync(path.join(dir, f))) } catch { /* reported elsewhere */ }
     h.update('\0')
   }
+  // Database lines in their canonical order (sortLines): every replica computes the same version.
+  if (lines) h.update('database\0').update(JSON.stringify(lines))
   return h.digest('hex').slice(0, 12)
+}
+
+/** In database mode the manifest's single enforce-mode file is what the database replaces (and what seeds it). */
+function enforceFileForDatabase (policies: ReadonlyArray<{ file: string, mode: Mode }>, problems: string[]): string | null {
+  const enforce = policies.filter((p) => p.mode === 'enforce')
+  if (enforce.length !== 1) {
+    problems.push(`policy.yaml: policies: with policy.database exactly one file may be in enforce mode (its lines live in the database), found ${enforce.length}`)
+    return null
+  }
+  return enforce[0].file
+}
+
+function checkDuplicates (given: LineSource, problems: string[]): void {
+  const seen = new Set<string>()
+  for (const l of given.lines) {
+    const key = JSON.stringify(l)
+    if (seen.has(key)) problems.push(`${given.name}: duplicate line ${l.join(', ')}`)
+    seen.add(key)
+  }
+}
+
+/**
+ * A canonical order for lines that come from a table (which has none): role lines
+ * first, then p lines by rule id. Decisions never depend on the order (any deny wins,
+ * else any allow); only which of several matching rules is named does.
+ */
+export function sortLines (lines: readonly PolicyLine[]): PolicyLine[] {
+  const key = (l: PolicyLine): string => l[0] === 'p' ? `1\0${l[6] ?? ''}\0${JSON.stringify(l)}` : `0\0${JSON.stringify(l)}`
+  return [...lines].sort((a, b) => { const ka = key(a), kb = key(b); return ka < kb ? -1 : ka > kb ? 1 : 0 })
+}
+
+/** The lines of the manifest's enforce-mode file, parsed by Casbin (to seed an empty database). */
+export async function readEnforceFileLines (dir: string): Promise<{ file: string, lines: PolicyLine[] }> {
+  const problems: string[] = []
+  const manifest = readManifest(dir, problems)
+  const file = manifest ? enforceFileForDatabase(manifest.policies, problems) : null
+  if (!manifest || !file || problems.length) throw new PolicyError(dir, problems)
+  const model = newModel(fs.readFileSync(path.join(dir, manifest.model), 'utf8'))
+  const enforcer = await newEnforcer(model, new StringAdapter(fs.readFileSync(path.join(dir, file), 'utf8')))
+  const lines: PolicyLine[] = []
+  for (const r of await enforcer.getPolicy()) lines.push(['p', ...r])
+  for (const r of await enforcer.getGroupingPolicy()) lines.push(['g', ...r])
+  return { file, lines }
 }
 
 /** Every principal the request acts as: the user, its roles, and the roles those inherit in this tenant. */
@@ -311,7 +389,12 @@ function ref (file: string, rule: string | null): RuleRef | null {
   return rule ? { policy: file, rule } : null
 }
 
-export async function loadPolicy (dir: string): Promise<Policy> {
+/**
+ * Compile the policy directory `dir`. With `given` (database mode), the manifest must
+ * name exactly one `mode: enforce` file: the given lines take its place (the file only
+ * seeds an empty database), audit-mode files, the model, rewrites and tenancy stay files.
+ */
+export async function loadPolicy (dir: string, given?: LineSource): Promise<Policy> {
   const problems: string[] = []
   const manifest = readManifest(dir, problems)
   if (!manifest) throw new PolicyError(dir, problems)
@@ -321,26 +404,36 @@ export async function loadPolicy (dir: string): Promise<Policy> {
   } catch (err) {
     problems.push(`${manifest.model}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`)
   }
+  const replaced = given ? enforceFileForDatabase(manifest.policies, problems) : null
   const sets: PolicySet[] = []
   if (model) checkModel(model, manifest.model, problems)
   if (model) {
     for (const p of manifest.policies) {
-      const set = await compileSet(dir, model, p.file, p.mode, problems)
+      const set = await compileSet(dir, model, p.file, p.mode, problems, p.file === replaced ? given : undefined)
       if (set) sets.push(set)
     }
   }
+  if (given && replaced) checkDuplicates(given, problems)
   let rewrites: RewriteRule[] = []
   if (manifest.rewrites) rewrites = compileRewrites(path.join(dir, manifest.rewrites), manifest.rewrites, problems)
   const tenancy = manifest.tenancy ? compileTenancy(path.join(dir, manifest.tenancy), manifest.tenancy, problems) : DEFAULT_TENANCY
   if (problems.length) throw new PolicyError(dir, problems)
 
-  const version = digest(dir, ['policy.yaml', manifest.model, ...manifest.policies.map((p) => p.file), ...(manifest.rewrites ? [manifest.rewrites] : []), ...(manifest.tenancy ? [manifest.tenancy] : [])])
+  const files = ['policy.yaml', manifest.model, ...manifest.policies.map((p) => p.file).filter((f) => f !== replaced), ...(manifest.rewrites ? [manifest.rewrites] : []), ...(manifest.tenancy ? [manifest.tenancy] : [])]
+  const version = digest(dir, files, given && replaced ? given.lines : undefined)
+  const first = sets.find((s) => s.mode === 'enforce')!
+  const lines: PolicyLine[] = []
+  for (const ptype of ['p', 'g'] as const) {
+    for (const r of ptype === 'p' ? await first.enforcer.getPolicy() : await first.enforcer.getGroupingPolicy()) lines.push(Object.freeze([ptype, ...r]))
+  }
   const enforcing = sets.filter((s) => s.mode === 'enforce')
   const auditing = sets.filter((s) => s.mode === 'audit')
 
   return Object.freeze({
     dir,
     version,
+    source: given && replaced ? 'database' as const : 'files' as const,
+    lines: Object.freeze(lines),
     tenancy,
     async evaluate (who: Principal, req: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation> {
       const dom = who.tenant ?? ''
@@ -365,4 +458,16 @@ export async function loadPolicy (dir: string): Promise<Policy> {
       return { decision: { decision, rule: allowedBy, wouldDeny, policyVersion: version }, input, body, rewrites: applied }
     },
   })
+}
+
+/** The text of the manifest's model file (the database module reads lines into it). */
+export function readModelText (dir: string): string {
+  const problems: string[] = []
+  const manifest = readManifest(dir, problems)
+  if (!manifest || problems.length) throw new PolicyError(dir, problems)
+  try {
+    return fs.readFileSync(path.join(dir, manifest.model), 'utf8')
+  } catch (err) {
+    throw new PolicyError(dir, [`${manifest.model}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`])
+  }
 }

@@ -14,6 +14,8 @@
 export type ResourceKind =
   | 'container' | 'image' | 'network' | 'volume' | 'exec' | 'node' | 'service' | 'task'
   | 'secret' | 'config' | 'plugin' | 'swarm' | 'system' | 'build' | 'distribution' | 'session'
+  /** The gateway's own policy admin API (answered by the gateway, never forwarded). */
+  | 'policy'
 
 /** How the request body travels. `json`: small JSON the gateway buffers (capped) and inspects. `stream`: piped with backpressure. */
 export type RequestBody = 'none' | 'json' | 'stream'
@@ -178,6 +180,12 @@ const rows: Row[] = [
   ['POST', '/session', 'Session', 'session', { streams: true, hijack: 'h2c', minVersion: '1.31' }],
   // BuildKit's gRPC tunnel: served by the engine's build router but absent from the spec files.
   ['POST', '/grpc', 'Grpc', 'session', { streams: true, hijack: 'h2c', minVersion: '1.31', unlisted: true }],
+
+  // The gateway's own policy admin API (src/gateway/admin.ts): authenticated, authorized,
+  // audited and counted like every operation, answered by the gateway, never forwarded.
+  ['GET', '/_portcullis/policy', 'PortcullisPolicyList', 'policy', { unlisted: true }],
+  ['POST', '/_portcullis/policy', 'PortcullisPolicyAdd', 'policy', { body: 'json', unlisted: true }],
+  ['DELETE', '/_portcullis/policy', 'PortcullisPolicyRemove', 'policy', { body: 'json', unlisted: true }],
 ]
 
 export const operations: readonly Operation[] = Object.freeze(rows.map(([method, path, id, kind, extra]) => {

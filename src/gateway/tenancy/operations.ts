@@ -542,6 +542,10 @@ export const handlers: Readonly<Record<string, Handler>> = {
   PluginDelete: denied('no-plugins', NOT_TENANT),
   PluginEnable: denied('no-plugins', NOT_TENANT),
   PluginDisable: denied('no-plugins', NOT_TENANT),
+  // The gateway's policy admin API is for admins only (the policy denies it first).
+  PortcullisPolicyList: denied('policy-admin-only', 'the policy admin API is for admins'),
+  PortcullisPolicyAdd: denied('policy-admin-only', 'the policy admin API is for admins'),
+  PortcullisPolicyRemove: denied('policy-admin-only', 'the policy admin API is for admins'),
   PluginUpgrade: denied('no-plugins', NOT_TENANT),
   PluginCreate: denied('no-plugins', NOT_TENANT),
   PluginPush: denied('no-plugins', NOT_TENANT),
