@@ -131,6 +131,11 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
 }
 
+/** Whether a list came through its filter with every element, unchanged and in order. */
+function keptWhole (before: unknown, after: unknown): boolean {
+  return Array.isArray(before) && Array.isArray(after) && before.length === after.length && before.every((x, i) => x === after[i])
+}
+
 /** Answers up to this declared length are read whole and sent in one write. */
 const SMALL_ANSWER = 256 * 1024
 
@@ -169,13 +174,17 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
       if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to filter for a tenant`)
       chunks.push(chunk as Buffer)
     }
+    const raw = Buffer.concat(chunks)
     let doc: unknown
     try {
-      doc = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+      doc = JSON.parse(raw.toString('utf8'))
     } catch (err) {
       throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is not JSON; not passed to a tenant unfiltered`, { cause: err })
     }
-    const out = Buffer.from(JSON.stringify(await filter.transform(doc)) + '\n')
+    const narrowed = await filter.transform(doc)
+    // A list the check kept whole (the engine already applied the owner filter) goes
+    // out as the engine's own bytes: every element was read and kept unchanged.
+    const out = keptWhole(doc, narrowed) ? raw : Buffer.from(JSON.stringify(narrowed) + '\n')
     ctx.bytesOut = out.length
     ctx.seal?.()
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
