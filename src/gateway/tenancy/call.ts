@@ -130,3 +130,10 @@ function exportMissing (ref: string): string {
   const parsed = parseImageRef(ref)
   return parsed && (parsed.tag !== undefined || parsed.digest !== undefined) ? 'reference does not exist' : `No such image: ${ref}`
 }
+
+/** Independent checks run at once; the first failure in the order given is the one reported, as if they ran one by one. */
+export async function inOrder<T extends readonly unknown[]> (work: { readonly [K in keyof T]: Promise<T[K]> }): Promise<T> {
+  const settled = await Promise.allSettled(work)
+  for (const s of settled) if (s.status === 'rejected') throw s.reason
+  return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as unknown as T
+}

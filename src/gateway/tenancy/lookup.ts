@@ -56,8 +56,52 @@ export class OwnerCache {
   limits (id: string): Limits | undefined { return this.live ? this.limitsOf.get(id) : undefined }
   setLimits (id: string, limits: Limits): void { if (this.live && this.limitsOf.size < 100_000) this.limitsOf.set(id, limits) }
   evict (id: string): void { this.owners.delete(id); this.parents.delete(id); this.limitsOf.delete(id) }
-  clear (): void { this.owners.clear(); this.parents.clear(); this.limitsOf.clear() }
+  clear (): void {
+    this.owners.clear(); this.parents.clear(); this.limitsOf.clear()
+    this.tenantContainers.clear()
+    this.generation++
+  }
+
+  // Each tenant's containers, for quotas: one list, then kept by the create and
+  // destroy events. Full id -> whether it counts (a swarm task counts through its service).
+  private readonly tenantContainers = new Map<string, Map<string, boolean>>()
+  /** Lists in flight: what the events said while the engine was answering them. */
+  private readonly listings = new Set<{ added: Map<string, boolean>, removed: Set<string> }>()
+  /** Bumped by clear(): a list started before it is not kept. */
+  private generation = 0
+
+  /** The tenant's containers if they are known, else undefined (list them with `listContainers`). */
+  containersOf (tenant: string): ReadonlyMap<string, boolean> | undefined { return this.live ? this.tenantContainers.get(tenant) : undefined }
+
+  /** List the tenant's containers with `list` and keep the result, corrected by the events that came meanwhile. */
+  async listContainers (tenant: string, list: () => Promise<Array<{ id: string, counts: boolean }>>): Promise<ReadonlyMap<string, boolean>> {
+    const pending = { added: new Map<string, boolean>(), removed: new Set<string>() }
+    const generation = this.generation
+    this.listings.add(pending)
+    try {
+      const ids = new Map((await list()).map((c) => [c.id, c.counts]))
+      for (const [id, counts] of pending.added) ids.set(id, counts)
+      for (const id of pending.removed) ids.delete(id)
+      if (this.live && generation === this.generation) this.tenantContainers.set(tenant, ids)
+      return ids
+    } finally {
+      this.listings.delete(pending)
+    }
+  }
+
+  /** A container create or destroy event (labels from the event's attributes). */
+  containerEvent (action: 'create' | 'destroy', id: string, labels: Record<string, unknown>): void {
+    const tenant = labels[TENANT_LABEL]
+    const counts = labels[SWARM_SERVICE_LABEL] === undefined
+    for (const p of this.listings) {
+      if (action === 'create') { if (typeof tenant === 'string') p.added.set(id, counts); p.removed.delete(id) } else { p.added.delete(id); p.removed.add(id) }
+    }
+    if (action === 'create') { if (typeof tenant === 'string') this.tenantContainers.get(tenant)?.set(id, counts) } else for (const set of this.tenantContainers.values()) set.delete(id)
+  }
 }
+
+/** The label the engine puts on a swarm task's container. */
+export const SWARM_SERVICE_LABEL = 'com.docker.swarm.service.id'
 
 const EVICTING = new Set(['destroy', 'delete', 'remove', 'update', 'untag', 'prune'])
 
@@ -77,11 +121,17 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger)
         cache.clear()
         cache.live = true
         for await (const { value } of jsonLines(res.body)) {
-          const ev = value as { Action?: unknown, Actor?: { ID?: unknown } } | null | undefined
+          const ev = value as { Type?: unknown, Action?: unknown, Actor?: { ID?: unknown, Attributes?: unknown } } | null | undefined
           // A line the gateway cannot read: drop everything to stay correct.
           if (ev === null || typeof ev !== 'object') { cache.clear(); continue }
           const action = String(ev.Action ?? '').split(':')[0]
-          if (typeof ev.Actor?.ID === 'string' && ev.Actor.ID && EVICTING.has(action)) cache.evict(ev.Actor.ID)
+          const id = ev.Actor?.ID
+          if (typeof id !== 'string' || id === '') continue
+          if (EVICTING.has(action)) cache.evict(id)
+          if (ev.Type === 'container' && (action === 'create' || action === 'destroy')) {
+            const attributes = ev.Actor?.Attributes
+            cache.containerEvent(action, id, attributes !== null && typeof attributes === 'object' ? attributes as Record<string, unknown> : {})
+          }
         }
       } catch (err) {
         if (!stopped) log.warn({ err: { message: (err as Error).message } }, 'engine event stream lost; ownership cache off until it is back')

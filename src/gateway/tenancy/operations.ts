@@ -11,7 +11,7 @@
  */
 import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../errors'
-import { list, missing, num, refuse, str, type Call } from './call'
+import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
@@ -156,11 +156,14 @@ async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'bod
 
 const containerCreate: Handler = async (call) => {
   const name = call.query.get('name') ?? ''
-  await nameFree(call, 'container', name)
   const hc = bodyAt(call, 'HostConfig')
-  const { newVolumes } = await containerReferences(call, hc, bodyAt(call, 'NetworkingConfig'), bodyAt(call, 'Image'))
+  // Reads only, each its own engine round trip: run together.
+  const [, { newVolumes }] = await inOrder([
+    nameFree(call, 'container', name),
+    containerReferences(call, hc, bodyAt(call, 'NetworkingConfig'), bodyAt(call, 'Image')),
+    checkQuota(call, { containers: 1, memory: num(hc?.Memory), nanoCpus: cpuOf(hc) }),
+  ] as const)
   await checkVolumeQuota(call, newVolumes.length)
-  await checkQuota(call, { containers: 1, memory: num(hc?.Memory), nanoCpus: cpuOf(hc) })
   stamp(call, ['Labels'])
   // Named volumes the engine would create implicitly (without labels) are created first, owned.
   for (const v of newVolumes) {

@@ -6,9 +6,10 @@
  */
 import { quotaFor, type Quota } from '../../policy/tenancy'
 import { num, refuse, type Call } from './call'
-import type { Limits } from './lookup'
+import { SWARM_SERVICE_LABEL, type Limits } from './lookup'
 
 export interface Usage { containers: number, memory: number, nanoCpus: number }
+const NO_LIMITS: Limits = { memory: 0, nanoCpus: 0 }
 
 
 /** CPU limit in nano-CPUs from NanoCpus or CpuQuota/CpuPeriod (0: unlimited). */
@@ -31,18 +32,24 @@ export function serviceUsage (spec: any, nodes: number): Usage {
 }
 
 /** What the tenant uses now, leaving out one container or service being replaced. */
-export async function usage (call: Call, except?: { container?: string, service?: string }): Promise<Usage> {
+export async function usage (call: Call, except?: { container?: string, service?: string }, fresh = false, limitsNeeded = true): Promise<Usage> {
   const total: Usage = { containers: 0, memory: 0, nanoCpus: 0 }
-  const containers = (await call.r.ownList('container', call.tenant)).filter((c) => !c.Labels?.['com.docker.swarm.service.id'] && c.Id !== except?.container)
-  // A container's limits are read once and kept until the engine reports it updated
-  // or gone: a create costs one list, not an inspect of every container the tenant has.
-  const limits = await Promise.all(containers.map(async (c): Promise<Limits | null> => {
-    const known = call.r.cache.limits(c.Id)
-    if (known !== undefined) return known
-    const hc = (await call.r.get(`/containers/${c.Id}/json`)).body?.HostConfig
+  // The tenant's containers are listed once and then kept by the engine's create and
+  // destroy events; a container's limits are read once and kept until the engine
+  // reports it updated or gone. A create costs no engine request for its quota.
+  const cache = call.r.cache
+  const known = (fresh ? undefined : cache.containersOf(call.tenant)) ?? await cache.listContainers(call.tenant, async () =>
+    (await call.r.ownList('container', call.tenant)).map((c) => ({ id: String(c.Id), counts: c.Labels?.[SWARM_SERVICE_LABEL] === undefined })))
+  const containers = [...known].filter(([id, counts]) => counts && id !== except?.container).map(([id]) => id)
+  const limits = await Promise.all(containers.map(async (id): Promise<Limits | null> => {
+    if (!limitsNeeded) return NO_LIMITS
+    const cached = cache.limits(id)
+    if (cached !== undefined) return cached
+    const hc = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig
+    // Gone since it was listed (its destroy event is on its way): not counted.
     if (!hc) return null
     const l = { memory: num(hc.Memory), nanoCpus: cpuOf(hc) }
-    call.r.cache.setLimits(c.Id, l)
+    cache.setLimits(id, l)
     return l
   }))
   for (const l of limits) {
@@ -72,7 +79,15 @@ function cpus (n: number): string { return `${(n / 1e9).toFixed(3).replace(/\.?0
 export async function checkQuota (call: Call, adding: Usage, except?: { container?: string, service?: string }): Promise<void> {
   const q: Quota = quotaFor(call.settings, call.tenant)
   if (q.containers === undefined && q.memory === undefined && q.nanoCpus === undefined) return
-  const now = await usage(call, except)
+  // Without a memory or CPU quota, containers are only counted: none is inspected.
+  const limitsNeeded = q.memory !== undefined || q.nanoCpus !== undefined
+  let now = await usage(call, except, false, limitsNeeded)
+  const exceeds = (u: Usage): boolean => (q.containers !== undefined && adding.containers > 0 && u.containers + adding.containers > q.containers) ||
+    (q.memory !== undefined && adding.memory > 0 && u.memory + adding.memory > q.memory) ||
+    (q.nanoCpus !== undefined && adding.nanoCpus > 0 && u.nanoCpus + adding.nanoCpus > q.nanoCpus)
+  // Kept usage may still hold a container whose destroy event is on its way: a
+  // refusal is only ever made on a fresh listing.
+  if (exceeds(now)) now = await usage(call, except, true, limitsNeeded)
   const after = { containers: now.containers + adding.containers, memory: now.memory + adding.memory, nanoCpus: now.nanoCpus + adding.nanoCpus }
   if (q.containers !== undefined && adding.containers > 0 && after.containers > q.containers) {
     throw refuse('quota-containers', `quota exceeded for tenant ${call.tenant}: containers ${after.containers} > ${q.containers} (${now.containers} in use)`)
