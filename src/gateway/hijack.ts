@@ -65,8 +65,11 @@ function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: ()
     engine.destroy()
     onDone()
   }
-  client.pipe(counter((n) => { ctx.bytesIn += n })).pipe(engine)
-  engine.pipe(counter((n) => { ctx.bytesOut += n })).pipe(client)
+  // Counted by watching the chunks go by: no stream stage between the two sockets.
+  client.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length })
+  engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
+  client.pipe(engine)
+  engine.pipe(client)
   client.on('error', finish)
   engine.on('error', finish)
   // The session is over once each side has been sent everything meant for it, not
@@ -145,7 +148,8 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         // `Upgrade: tcp` (every client since API 1.24 does).
         req.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length; engine.write(chunk) })
         // The pipe ends the response once the engine's output has all passed through.
-        engine.pipe(counter((n) => { ctx.bytesOut += n })).pipe(out)
+        engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
+        engine.pipe(out)
         const finish = (): void => { engine.destroy(); settle() }
         out.once('finish', finish)
         out.once('close', finish)
