@@ -507,6 +507,35 @@ t.test('audit trail unwritable, onFailure closed: 503 and not forwarded', async 
   })
 })
 
+t.test('audit trail unwritable at the end of a stream, onFailure closed: the answer is cut, never completed', async (t) => {
+  const gw = await auditGateway(t, 'onFailure: closed')
+  const trailDir = path.dirname(gw.file)
+  const started = await run(CLI28, ['run', '-d', engine().image, 'sh', '-c', 'echo first; sleep 2; echo last'], { host: engine().dockerHost })
+  t.equal(started.code, 0, 'a container that prints, waits, prints and exits')
+  const id = started.stdout.toString().trim()
+  t.teardown(async () => { await run(CLI28, ['rm', '-f', id], { host: engine().dockerHost }) })
+  t.teardown(() => fs.rmSync(trailDir, { recursive: true, force: true }))
+
+  const outcome = await new Promise<{ status: number, complete: boolean, bytes: number, error: string | null }>((resolve) => {
+    let bytes = 0
+    const req = http.request({ socketPath: gw.socket, method: 'GET', path: `/v1.41/containers/${id}/logs?follow=1&stdout=1` }, (res) => {
+      // The head is through (chunked: the answer is complete only with its end): now the trail breaks.
+      fs.rmSync(trailDir, { recursive: true, force: true })
+      fs.writeFileSync(trailDir, 'not a directory\n')
+      res.on('data', (c: Buffer) => { bytes += c.length })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, complete: res.complete, bytes, error: null }))
+      res.on('error', (err) => resolve({ status: res.statusCode ?? 0, complete: res.complete, bytes, error: err.message }))
+      res.on('close', () => resolve({ status: res.statusCode ?? 0, complete: res.complete, bytes, error: 'closed' }))
+    })
+    req.on('error', (err) => resolve({ status: 0, complete: false, bytes, error: err.message }))
+    req.end()
+  })
+  t.comment(`outcome: ${JSON.stringify(outcome)}`)
+  t.equal(outcome.status, 200, 'the stream started while the trail was writable')
+  t.ok(outcome.bytes > 0, 'and its output arrived as it came')
+  t.equal(outcome.complete, false, 'but its end never did: the record could not be written, so the answer was cut')
+})
+
 t.test('audit trail unwritable, onFailure open: forwarded, and the failures are counted', async (t) => {
   const gw = await auditGateway(t, 'onFailure: open', 'metrics: { listen: 127.0.0.1:0 }\n')
   const address = gw.gateway.metricsServer?.address ?? ''

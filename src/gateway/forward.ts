@@ -119,7 +119,18 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   // not when Node's buffers fill up.
   if (target.operation.streams) res.flushHeaders()
   try {
-    await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.(), length), res)
+    if (length === undefined) {
+      // A chunked or close-delimited answer is complete only with its end: counted by
+      // watching the chunks go by, recorded on the engine's end before the pipe ends
+      // the answer (listeners run in the order added), cut if it cannot be recorded.
+      answer.body.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
+      answer.body.once('end', () => {
+        try { ctx.seal?.() } catch { res.destroy() }
+      })
+      await pipeline(answer.body, res)
+    } else {
+      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.(), length), res)
+    }
   } catch (err) {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'
