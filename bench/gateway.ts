@@ -66,32 +66,14 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
   const keep = (b: Buffer): void => { tail = (tail + b.toString()).slice(-16_384) }
   child.stdout?.on('data', keep)
   child.stderr?.on('data', keep)
-  let stopping = false
-  let exitedNow = false
-  const exited = new Promise<never>((_resolve, reject) => {
-    child.once('exit', (code, signal) => {
-      exitedNow = true
-      if (!stopping) reject(new Error(`gateway exited unexpectedly (code ${code}, signal ${signal})\n${tail}`))
-    })
-  })
-  exited.catch(() => {}) // observed by whoever races against it
+  const { exited, hasExited, stop } = supervise(child, 'gateway', () => tail)
   if (child.pid === undefined) throw new Error('could not spawn the gateway')
-
-  const stop = async (): Promise<void> => {
-    stopping = true
-    if (exitedNow) return
-    const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-    child.kill('SIGTERM')
-    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000)
-    await gone
-    clearTimeout(timer)
-  }
 
   // Ready when a ping through it succeeds.
   const deadline = Date.now() + 20_000
   let last = 'no answer'
   for (;;) {
-    if (exitedNow) await exited
+    if (hasExited()) await exited
     if (fs.existsSync(socket)) {
       const pool = new Pool('http://localhost', { socketPath: socket, connections: 1 })
       try {
@@ -110,6 +92,33 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
     await sleep(100)
   }
   return { pid: child.pid, socket, tokenSocket, tcp, configFile, output: () => tail, exited, stop }
+}
+
+/**
+ * Watch a child process the bench started: `exited` rejects when it exits on its own
+ * (before `stop()`), naming it with the last of its output; `stop()` sends SIGTERM,
+ * then SIGKILL after 5 s, and resolves once it is gone.
+ */
+export function supervise (child: ChildProcess, name: string, output: () => string): { exited: Promise<never>, hasExited: () => boolean, stop: () => Promise<void> } {
+  let stopping = false
+  let exitedNow = false
+  const exited = new Promise<never>((_resolve, reject) => {
+    child.once('exit', (code, signal) => {
+      exitedNow = true
+      if (!stopping) reject(new Error(`${name} exited unexpectedly (code ${code}, signal ${signal})\n${output()}`))
+    })
+  })
+  exited.catch(() => {}) // observed by whoever races against it
+  const stop = async (): Promise<void> => {
+    stopping = true
+    if (exitedNow) return
+    const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+    child.kill('SIGTERM')
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000)
+    await gone
+    clearTimeout(timer)
+  }
+  return { exited, hasExited: () => exitedNow, stop }
 }
 
 /** A process's memory from /proc/<pid>/status, in bytes. */

@@ -16,6 +16,7 @@ import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { supervise } from './gateway'
 
 export interface PeerProcess {
   readonly name: 'haproxy'
@@ -148,27 +149,10 @@ export async function startHaproxy (dir: string, engineSocket: string, tcpPort: 
   const tail = (): string => {
     try { return fs.readFileSync(path.join(dir, 'haproxy.log'), 'utf8').slice(-4000) } catch { return '' }
   }
-  let stopping = false
-  let exitedNow = false
-  const exited = new Promise<never>((_resolve, reject) => {
-    child.once('exit', (code, signal) => {
-      exitedNow = true
-      if (!stopping) reject(new Error(`haproxy exited unexpectedly (code ${code}, signal ${signal})\n${tail()}`))
-    })
-  })
-  exited.catch(() => {})
-  const stop = async (): Promise<void> => {
-    stopping = true
-    if (exitedNow) return
-    const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-    child.kill('SIGTERM')
-    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000)
-    await gone
-    clearTimeout(timer)
-  }
+  const { exited, hasExited, stop } = supervise(child, 'haproxy', tail)
   const deadline = Date.now() + 10_000
   while (!fs.existsSync(socket)) {
-    if (exitedNow) await exited
+    if (hasExited()) await exited
     if (Date.now() > deadline) { await stop(); throw new Error(`haproxy did not create ${socket} within 10 s\n${tail()}`) }
     await sleep(50)
   }

@@ -23,7 +23,7 @@ import PostgresAdapter from 'casbin-pg-adapter'
 import { newWatcher, type PgWatcher } from 'casbin-pg-watcher'
 import { Pool, type PoolClient } from 'pg'
 import type { Logger } from 'pino'
-import { sortLines, type PolicyLine } from './engine'
+import { addLines, sortLines, type PolicyLine } from './engine'
 
 export interface DatabaseSettings {
   /** Connection string (`postgres://user[:password]@host:port/db`); the password may come from PGPASSWORD instead. */
@@ -99,13 +99,9 @@ export class PolicyDatabase extends EventEmitter {
     // their own that is closed afterwards, which releases the lock. Of replicas starting
     // together one migrates; the others are told "Another migration is already running"
     // (or lose the race to create its table) and try again.
-    const migrating = async (exec: (c: PoolClient) => Promise<unknown>): Promise<unknown> => {
-      const c = await pool.connect()
-      try { return await exec(c) } finally { c.release(true) }
-    }
     for (let attempt = 1; ; attempt++) {
       try {
-        const adapter = await PostgresAdapter.newAdapter({ dbClient: migrating, migrate: true })
+        const adapter = await PostgresAdapter.newAdapter({ dbClient: pooled(pool, true), migrate: true })
         await adapter.close()
         return db
       } catch (err) {
@@ -121,9 +117,7 @@ export class PolicyDatabase extends EventEmitter {
 
   /** casbin-pg-adapter over one of our connections (a pool, or a client inside a transaction). */
   private async adapter (over: Pool | PoolClient): Promise<PostgresAdapter> {
-    const dbClient = over instanceof Pool
-      ? async (exec: (c: PoolClient) => Promise<unknown>) => { const c = await over.connect(); try { return await exec(c) } finally { c.release() } }
-      : async (exec: (c: PoolClient) => Promise<unknown>) => await exec(over)
+    const dbClient = over instanceof Pool ? pooled(over, false) : async (exec: (c: PoolClient) => Promise<unknown>) => await exec(over)
     return await PostgresAdapter.newAdapter({ dbClient, migrate: false })
   }
 
@@ -166,10 +160,7 @@ export class PolicyDatabase extends EventEmitter {
         remove: async (lines) => { for (const l of lines) await adapter.removePolicy(l[0], l[0], l.slice(1)) },
         replace: async (lines) => {
           const e = await newEnforcer(newModel(this.modelText))
-          const p = lines.filter((l) => l[0] === 'p').map((l) => l.slice(1))
-          const g = lines.filter((l) => l[0] === 'g').map((l) => l.slice(1))
-          if (p.length) await e.addNamedPolicies('p', p)
-          if (g.length) await e.addNamedGroupingPolicies('g', g)
+          await addLines(e, lines)
           adapter.enabledFiltered(false)
           await adapter.savePolicy(e.getModel())
         },
@@ -289,6 +280,14 @@ export class PolicyDatabase extends EventEmitter {
     this.watcher = null
     await w?.close().catch(() => {})
     await this.pool.end().catch(() => {})
+  }
+}
+
+/** The adapter's `dbClient` over a pool: a connection per call, closed afterwards when `discard`. */
+function pooled (pool: Pool, discard: boolean): (exec: (c: PoolClient) => Promise<unknown>) => Promise<unknown> {
+  return async (exec) => {
+    const c = await pool.connect()
+    try { return await exec(c) } finally { c.release(discard) }
   }
 }
 

@@ -243,13 +243,10 @@ async function compileSet (dir: string, model: string, file: string, mode: Mode,
   let enforcer: Enforcer
   if (given) {
     try {
-      enforcer = await newEnforcer(newModel(model))
-      const p = given.lines.filter((l) => l[0] === 'p').map((l) => l.slice(1))
-      const g = given.lines.filter((l) => l[0] === 'g').map((l) => l.slice(1))
       const other = given.lines.find((l) => l[0] !== 'p' && l[0] !== 'g')
       if (other) throw new Error(`line type ${JSON.stringify(other[0])}: only p and g lines are allowed`)
-      if (p.length) await enforcer.addNamedPolicies('p', p)
-      if (g.length) await enforcer.addNamedGroupingPolicies('g', g)
+      enforcer = await newEnforcer(newModel(model))
+      await addLines(enforcer, given.lines)
     } catch (err) {
       problems.push(`${given.name}: ${(err as Error).message}`)
       return null
@@ -338,10 +335,23 @@ export async function readEnforceFileLines (dir: string): Promise<{ file: string
   if (!manifest || !file || problems.length) throw new PolicyError(dir, problems)
   const model = newModel(fs.readFileSync(path.join(dir, manifest.model), 'utf8'))
   const enforcer = await newEnforcer(model, new StringAdapter(fs.readFileSync(path.join(dir, file), 'utf8')))
-  const lines: PolicyLine[] = []
-  for (const r of await enforcer.getPolicy()) lines.push(['p', ...r])
-  for (const r of await enforcer.getGroupingPolicy()) lines.push(['g', ...r])
-  return { file, lines }
+  return { file, lines: await enforcerLines(enforcer) }
+}
+
+/** An enforcer's `p` and `g` lines, as `['p', ...fields]` and `['g', ...fields]`. */
+export async function enforcerLines (enforcer: Enforcer): Promise<PolicyLine[]> {
+  return [
+    ...(await enforcer.getPolicy()).map((r) => Object.freeze(['p', ...r])),
+    ...(await enforcer.getGroupingPolicy()).map((r) => Object.freeze(['g', ...r])),
+  ]
+}
+
+/** Add `p` and `g` lines to an enforcer (and to its adapter, if it saves as it goes). */
+export async function addLines (enforcer: Enforcer, lines: readonly PolicyLine[]): Promise<void> {
+  const p = lines.filter((l) => l[0] === 'p').map((l) => l.slice(1))
+  const g = lines.filter((l) => l[0] === 'g').map((l) => l.slice(1))
+  if (p.length) await enforcer.addNamedPolicies('p', p)
+  if (g.length) await enforcer.addNamedGroupingPolicies('g', g)
 }
 
 /** Every principal the request acts as: the user, its roles, and the roles those inherit in this tenant. */
@@ -421,11 +431,7 @@ export async function loadPolicy (dir: string, given?: LineSource): Promise<Poli
 
   const files = ['policy.yaml', manifest.model, ...manifest.policies.map((p) => p.file).filter((f) => f !== replaced), ...(manifest.rewrites ? [manifest.rewrites] : []), ...(manifest.tenancy ? [manifest.tenancy] : [])]
   const version = digest(dir, files, given && replaced ? given.lines : undefined)
-  const first = sets.find((s) => s.mode === 'enforce')!
-  const lines: PolicyLine[] = []
-  for (const ptype of ['p', 'g'] as const) {
-    for (const r of ptype === 'p' ? await first.enforcer.getPolicy() : await first.enforcer.getGroupingPolicy()) lines.push(Object.freeze([ptype, ...r]))
-  }
+  const lines = await enforcerLines(sets.find((s) => s.mode === 'enforce')!.enforcer)
   const enforcing = sets.filter((s) => s.mode === 'enforce')
   const auditing = sets.filter((s) => s.mode === 'audit')
 
