@@ -66,7 +66,7 @@ export class OwnerCache {
   // destroy events. Full id -> whether it counts (a swarm task counts through its service).
   private readonly tenantContainers = new Map<string, Map<string, boolean>>()
   /** Lists in flight: what the events said while the engine was answering them. */
-  private readonly listings = new Set<{ added: Map<string, boolean>, removed: Set<string> }>()
+  private readonly listings = new Set<{ tenant: string, added: Map<string, boolean>, removed: Set<string> }>()
   /** Bumped by clear(): a list started before it is not kept. */
   private generation = 0
 
@@ -75,7 +75,7 @@ export class OwnerCache {
 
   /** List the tenant's containers with `list` and keep the result, corrected by the events that came meanwhile. */
   async listContainers (tenant: string, list: () => Promise<Array<{ id: string, counts: boolean }>>): Promise<ReadonlyMap<string, boolean>> {
-    const pending = { added: new Map<string, boolean>(), removed: new Set<string>() }
+    const pending = { tenant, added: new Map<string, boolean>(), removed: new Set<string>() }
     const generation = this.generation
     this.listings.add(pending)
     try {
@@ -91,12 +91,16 @@ export class OwnerCache {
 
   /** A container create or destroy event (labels from the event's attributes). */
   containerEvent (action: 'create' | 'destroy', id: string, labels: Record<string, unknown>): void {
-    const tenant = labels[TENANT_LABEL]
-    const counts = labels[SWARM_SERVICE_LABEL] === undefined
-    for (const p of this.listings) {
-      if (action === 'create') { if (typeof tenant === 'string') p.added.set(id, counts); p.removed.delete(id) } else { p.added.delete(id); p.removed.add(id) }
+    if (action === 'destroy') {
+      for (const p of this.listings) { p.added.delete(id); p.removed.add(id) }
+      for (const set of this.tenantContainers.values()) set.delete(id)
+      return
     }
-    if (action === 'create') { if (typeof tenant === 'string') this.tenantContainers.get(tenant)?.set(id, counts) } else for (const set of this.tenantContainers.values()) set.delete(id)
+    const tenant = labels[TENANT_LABEL]
+    if (typeof tenant !== 'string') return
+    const counts = labels[SWARM_SERVICE_LABEL] === undefined
+    for (const p of this.listings) if (p.tenant === tenant) p.added.set(id, counts)
+    this.tenantContainers.get(tenant)?.set(id, counts)
   }
 }
 
