@@ -12,6 +12,7 @@ import { familiar, inNamespace, looksLikeImageId, parseImageRef } from '../src/g
 import { loadCredentials } from '../src/gateway/tenancy/credentials'
 import { compileTenancy, parseBytes, quotaFor, registryAllowed, DEFAULT_TENANCY } from '../src/policy/tenancy'
 import { GatewayError } from '../src/gateway/errors'
+import { OwnerCache, SWARM_SERVICE_LABEL, TENANT_LABEL } from '../src/gateway/tenancy/lookup'
 
 t.test('every operation of the catalog has a tenancy handler, and no handler names an unknown operation', async (t) => {
   const ids = new Set(operations.map((o) => o.id))
@@ -105,4 +106,25 @@ t.test('registry credentials: the file must be private; its content is checked',
   const open: string[] = []
   loadCredentials(file, 'registries.credentials', open)
   t.match(open[0], /accessible to group or others \(mode 0644\).*chmod 600/)
+})
+
+t.test('kept container lists: corrected by the events that arrive while the engine answers, per tenant', async (t) => {
+  const cache = new OwnerCache()
+  cache.live = true
+  let answer: (ids: Array<{ id: string, counts: boolean }>) => void = () => {}
+  const listing = cache.listContainers('a', async () => await new Promise((resolve) => { answer = resolve }))
+  cache.containerEvent('create', 'a-new', { [TENANT_LABEL]: 'a' })
+  cache.containerEvent('create', 'a-task', { [TENANT_LABEL]: 'a', [SWARM_SERVICE_LABEL]: 'svc' })
+  cache.containerEvent('create', 'b-new', { [TENANT_LABEL]: 'b' })
+  cache.containerEvent('create', 'nobodys', {})
+  cache.containerEvent('destroy', 'a-old', { [TENANT_LABEL]: 'a' })
+  answer([{ id: 'a-old', counts: true }, { id: 'a-kept', counts: true }])
+  t.same([...await listing].sort(), [['a-kept', true], ['a-new', true], ['a-task', false]], 'the list, plus a\'s creates, less what was destroyed; not b\'s or unowned containers')
+  t.same([...cache.containersOf('a') ?? []].sort(), [['a-kept', true], ['a-new', true], ['a-task', false]], 'and kept')
+  cache.containerEvent('destroy', 'a-new', {})
+  cache.containerEvent('create', 'a-later', { [TENANT_LABEL]: 'a' })
+  t.same([...cache.containersOf('a') ?? []].sort(), [['a-kept', true], ['a-later', true], ['a-task', false]], 'later events keep it current')
+  t.equal(cache.containersOf('b'), undefined, 'b was never listed: nothing kept for b')
+  cache.clear()
+  t.equal(cache.containersOf('a'), undefined, 'a cleared cache (the event stream was lost) keeps nothing')
 })
