@@ -13,7 +13,7 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI20, CLI28, engine, POLICIES, run, uniqueName } from './helpers/gateway'
+import { CLI20, CLI28, engine, POLICIES, run, uniqueName, waitUntil } from './helpers/gateway'
 
 type LogLine = Record<string, unknown>
 
@@ -134,6 +134,9 @@ for (const [cliName, cli] of clis) {
       t.equal(cat.code, 0, `${host}: echo x | docker exec -i cat exits 0 (${cat.stderr.trim()})`)
       t.equal(cat.stdout.toString(), 'x\n', `${host}: stdin reached the engine and back (the exec start carried the token)`)
 
+      // An exec session is logged once the gateway has asked the engine for its exit
+      // code, which may be a moment after the CLI is done.
+      await waitUntil(() => requests().slice(seen).some((l) => l.op === 'ExecStart' && l.hijack !== undefined))
       const lines = requests().slice(seen)
       t.ok(lines.length > 0, `${host}: requests logged`)
       t.same(lines.filter((l) => l.status !== 200 && l.status !== 201 && l.status !== 204 && l.status !== 101).map((l) => `${String(l.op)} ${String(l.status)}`), [], `${host}: nothing refused`)

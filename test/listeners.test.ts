@@ -11,7 +11,7 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig, type Config } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI28, engine, POLICIES, run, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
+import { CLI28, engine, POLICIES, run, startTestGateway, uniqueName, waitUntil, type TestGateway } from './helpers/gateway'
 
 interface Teardown { teardown: (fn: () => unknown) => void }
 type LogLine = Record<string, unknown>
@@ -230,7 +230,7 @@ t.test('upstream over TCP and over TLS: gateway -> gateway -> engine', async (t)
 
         // The front gateway logs an exec session once it has asked the engine for the
         // exit code, which may be a moment after the client is done.
-        for (let i = 0; i < 50 && !front.requests(listener).slice(seen).some((l) => l.op === 'ExecStart' && l.hijack !== undefined); i++) await new Promise((resolve) => setTimeout(resolve, 100))
+        await waitUntil(() => front.requests(listener).slice(seen).some((l) => l.op === 'ExecStart' && l.hijack !== undefined))
         const hops = front.requests(listener).slice(seen)
         t.ok(hops.some((l) => l.op === 'ContainerAttach' && l.hijack !== undefined), `the attach was hijacked through the front gateway's ${listener} listener`)
         t.ok(hops.some((l) => l.op === 'ExecStart' && l.hijack !== undefined && l.bytesIn === 2 && l.bytesOut === 10),

@@ -118,3 +118,8 @@ export function dechunk (data: Buffer): Buffer {
   }
   return Buffer.concat(out)
 }
+
+/** Poll `check` every 100 ms until it holds or `timeoutMs` passes (the caller asserts afterwards). */
+export async function waitUntil (check: () => boolean, timeoutMs = 5000): Promise<void> {
+  for (const end = Date.now() + timeoutMs; !check() && Date.now() < end;) await new Promise((resolve) => setTimeout(resolve, 100))
+}
