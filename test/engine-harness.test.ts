@@ -1,5 +1,6 @@
 // Checks the real-engine harness: the engine tap's before script started is up,
-// speaks API 1.41, has the test image and is in swarm mode.
+// speak API 1.41 and have the test image; the default one is a plain engine (not a
+// swarm manager, as most users run Docker), the opt-in one is in swarm mode.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
@@ -7,6 +8,7 @@ import t from 'tap';
 import { api, dockerCli, dockerEnv, readState } from './engine/engine';
 
 const info = readState();
+const swarmInfo = readState('swarm');
 
 t.test('engine answers /_ping', async (t) => {
   const res = await api(info.socket, 'GET', '/_ping');
@@ -37,8 +39,18 @@ t.test('docker run through the CLI', async (t) => {
   t.equal(stdout, 'hello\n');
 });
 
-t.test('engine is a single-node swarm manager', async (t) => {
+t.test('the default engine is a plain engine, not a swarm manager', async (t) => {
   const res = await api(info.socket, 'GET', '/info');
+  t.equal(res.status, 200);
+  const { Swarm } = JSON.parse(res.body) as { Swarm: { LocalNodeState: string; ControlAvailable: boolean } };
+  t.equal(Swarm.LocalNodeState, 'inactive');
+  t.equal(Swarm.ControlAvailable, false);
+  const services = await api(info.socket, 'GET', '/services');
+  t.equal(services.status, 503, 'a plain engine answers 503 to /services');
+});
+
+t.test('the swarm engine is a single-node swarm manager', async (t) => {
+  const res = await api(swarmInfo.socket, 'GET', '/info');
   t.equal(res.status, 200);
   const { Swarm } = JSON.parse(res.body) as { Swarm: { LocalNodeState: string; ControlAvailable: boolean; Nodes: number } };
   t.equal(Swarm.LocalNodeState, 'active');
@@ -52,13 +64,13 @@ t.test('a service runs a task with the test image', async (t) => {
     Name: name,
     Labels: { 'io.portcullis.test': 'engine-harness' },
     // sleep as PID 1 ignores SIGTERM: a short grace period, so removal does not wait 10 s.
-    TaskTemplate: { ContainerSpec: { Image: info.image, Command: ['sleep', '300'], StopGracePeriod: 1e9 } },
+    TaskTemplate: { ContainerSpec: { Image: swarmInfo.image, Command: ['sleep', '300'], StopGracePeriod: 1e9 } },
     Mode: { Replicated: { Replicas: 1 } },
   };
-  const created = await api(info.socket, 'POST', '/services/create', 30_000, spec);
+  const created = await api(swarmInfo.socket, 'POST', '/services/create', 30_000, spec);
   t.equal(created.status, 201, `created: ${created.body}`);
   const { ID: id } = JSON.parse(created.body) as { ID: string };
-  t.teardown(() => api(info.socket, 'DELETE', `/services/${id}`));
+  t.teardown(() => api(swarmInfo.socket, 'DELETE', `/services/${id}`));
 
   interface Task {
     Status: { State: string; Err?: string; ContainerStatus?: { ContainerID?: string } };
@@ -68,25 +80,25 @@ t.test('a service runs a task with the test image', async (t) => {
   const deadline = Date.now() + 30_000;
   while (!tasks.some((task) => task.Status.State === 'running') && Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, 200));
-    tasks = JSON.parse((await api(info.socket, 'GET', `/tasks?filters=${filters}`)).body) as Task[];
+    tasks = JSON.parse((await api(swarmInfo.socket, 'GET', `/tasks?filters=${filters}`)).body) as Task[];
   }
   const running = tasks.find((task) => task.Status.State === 'running');
   t.ok(running, `a running task: ${JSON.stringify(tasks.map((task) => task.Status))}`);
   const container = JSON.parse(
-    (await api(info.socket, 'GET', `/containers/${running?.Status.ContainerStatus?.ContainerID}/json`)).body,
+    (await api(swarmInfo.socket, 'GET', `/containers/${running?.Status.ContainerStatus?.ContainerID}/json`)).body,
   ) as { Config: { Image: string; Entrypoint: string[] }; State: { Running: boolean } };
-  t.match(container.Config.Image, info.image);
+  t.match(container.Config.Image, swarmInfo.image);
   t.same(container.Config.Entrypoint, ['sleep', '300'], "a service's Command is the container's entrypoint");
   t.equal(container.State.Running, true);
 
-  t.equal((await api(info.socket, 'DELETE', `/services/${id}`)).status, 200, 'removed');
-  t.equal((await api(info.socket, 'GET', `/services/${id}`)).status, 404);
+  t.equal((await api(swarmInfo.socket, 'DELETE', `/services/${id}`)).status, 200, 'removed');
+  t.equal((await api(swarmInfo.socket, 'GET', `/services/${id}`)).status, 404);
   // The task's container goes a moment later: wait, so no other test file sees it.
   const gone = Date.now() + 30_000;
   let status = 200;
   while (status !== 404 && Date.now() < gone) {
     await new Promise((r) => setTimeout(r, 200));
-    status = (await api(info.socket, 'GET', `/containers/${running?.Status.ContainerStatus?.ContainerID}/json`)).status;
+    status = (await api(swarmInfo.socket, 'GET', `/containers/${running?.Status.ContainerStatus?.ContainerID}/json`)).status;
   }
   t.equal(status, 404, "the task's container is removed too");
 });

@@ -2,9 +2,11 @@
 //
 // startEngine() runs a dockerd of its own (data, exec root, socket, logs and its
 // own containerd all under one directory), detached so that it outlives the
-// process that started it, loads a busybox test image without any registry, and
-// makes it a single-node swarm manager (for services, tasks, secrets, configs and
-// nodes). stopEngine() tears all of it down again.
+// process that started it, and loads a busybox test image without any registry.
+// The shared test engine is a plain engine, as most users run it: not a swarm
+// manager. Tests of swarm objects (services, tasks, secrets, configs, nodes) opt
+// in to a second engine that startEngine(dir, { swarm: true }) makes a
+// single-node swarm manager. stopEngine() tears all of it down again.
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as http from 'node:http';
@@ -23,6 +25,12 @@ export const TEST_IMAGE = 'portcullis-test/busybox:latest';
 /** Repository root: the nearest directory above this file holding package.json. */
 export const REPO_ROOT = findRepoRoot(__dirname);
 export const STATE_FILE = path.join(REPO_ROOT, '.engine', 'state.json');
+/** The swarm-mode engine, for the tests that opt in to swarm mode. */
+export const SWARM_STATE_FILE = path.join(REPO_ROOT, '.engine', 'swarm.json');
+
+/** Which of the run's two engines: the plain default one, or the swarm manager. */
+export type EngineRole = 'plain' | 'swarm';
+const stateFile = (role: EngineRole): string => (role === 'swarm' ? SWARM_STATE_FILE : STATE_FILE);
 
 const BUSYBOX = '/bin/busybox'; // the static one, from busybox-static
 const DOCKER_INIT = '/usr/bin/docker-init'; // tini, shipped by docker.io
@@ -79,48 +87,51 @@ interface State extends EngineInfo {
   owner?: { pid: number; start: string };
 }
 
-function readStateFile(): State | undefined {
+function readStateFile(role: EngineRole = 'plain'): State | undefined {
+  const file = stateFile(role);
   let text: string;
   try {
-    text = fs.readFileSync(STATE_FILE, 'utf8');
+    text = fs.readFileSync(file, 'utf8');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
   }
   const s = JSON.parse(text) as Partial<State>;
   if (typeof s.dir !== 'string' || typeof s.pid !== 'number') {
-    throw new Error(`${STATE_FILE} is not a valid engine state: ${text}`);
+    throw new Error(`${file} is not a valid engine state: ${text}`);
   }
   return { ...engineInfo(s.dir, s.pid), owner: s.owner };
 }
 
-export function readState(): EngineInfo {
-  const state = readStateFile();
+/** The run's plain engine (the default), or with 'swarm' its swarm-mode engine. */
+export function readState(role: EngineRole = 'plain'): EngineInfo {
+  const state = readStateFile(role);
   if (!state) {
     throw new Error(
-      `No test engine: ${STATE_FILE} does not exist. Run the tests through tap ` +
+      `No ${role} test engine: ${stateFile(role)} does not exist. Run the tests through tap ` +
         '(its before script starts the engine) or start one with `npm run engine`.',
     );
   }
   return engineInfo(state.dir, state.pid);
 }
 
-/** Records info as the current engine, owned by process ownerPid. */
-export function writeState(info: EngineInfo, ownerPid: number): void {
+/** Records info as the current engine of a role, owned by process ownerPid. */
+export function writeState(info: EngineInfo, ownerPid: number, role: EngineRole = 'plain'): void {
+  const file = stateFile(role);
   const state: State = { ...info, owner: { pid: ownerPid, start: readProc(ownerPid)?.start ?? '' } };
-  fs.mkdirSync(path.dirname(STATE_FILE), { recursive: true });
-  const tmp = `${STATE_FILE}.${process.pid}`;
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const tmp = `${file}.${process.pid}`;
   fs.writeFileSync(tmp, JSON.stringify(state, null, 2) + '\n');
-  fs.renameSync(tmp, STATE_FILE);
+  fs.renameSync(tmp, file);
 }
 
-export function removeState(): void {
-  fs.rmSync(STATE_FILE, { force: true });
+export function removeState(role: EngineRole = 'plain'): void {
+  fs.rmSync(stateFile(role), { force: true });
 }
 
 /** Pid of the still running owner of the engine in the state file, if any. */
-export function stateOwner(): number | undefined {
-  const owner = readStateFile()?.owner;
+export function stateOwner(role: EngineRole = 'plain'): number | undefined {
+  const owner = readStateFile(role)?.owner;
   return owner && readProc(owner.pid)?.start === owner.start ? owner.pid : undefined;
 }
 
@@ -137,17 +148,18 @@ export function isEngineAlive(info: EngineInfo): boolean {
  */
 export async function stopStaleEngine(dir?: string): Promise<boolean> {
   let stale = false;
-  const state = readStateFile();
-  if (state) {
-    const owner = stateOwner();
+  for (const role of ['plain', 'swarm'] as const) {
+    const state = readStateFile(role);
+    if (!state) continue;
+    const owner = stateOwner(role);
     if (owner !== undefined) {
       throw new Error(
-        `the engine in ${state.dir} (${STATE_FILE}) is in use by pid ${owner}, ` +
+        `the engine in ${state.dir} (${stateFile(role)}) is in use by pid ${owner}, ` +
           'a tap run or `npm run engine` in this checkout; stop that first',
       );
     }
     await stopEngine(state);
-    removeState();
+    removeState(role);
     stale = true;
   }
   if (dir && fs.existsSync(dir)) {
@@ -165,6 +177,8 @@ export async function stopStaleEngine(dir?: string): Promise<boolean> {
 
 /** Options of startEngine; the tests use none. */
 export interface EngineOptions {
+  /** Make the engine a single-node swarm manager (the default test engine is a plain one). */
+  swarm?: boolean;
   /**
    * Also listen on tcp://127.0.0.1:PORT (plain HTTP, no TLS). dockerd runs in a network
    * namespace of its own, so the port is reachable only from inside it: run the client
@@ -190,7 +204,7 @@ export async function startEngine(dir: string, options: EngineOptions = {}): Pro
     await waitForPing(info.socket, failure);
     info.pid = Number(fs.readFileSync(path.join(dir, 'dockerd.pid'), 'utf8').trim());
     await ensureImage(info);
-    await ensureSwarm(info);
+    if (options.swarm === true) await ensureSwarm(info);
     return info;
   } catch (err) {
     const tail = logTail(path.join(dir, 'dockerd.log'), 40);
@@ -385,7 +399,14 @@ async function ensureImage(info: EngineInfo): Promise<void> {
 // busybox-static, not busybox: only its /bin/busybox can be copied into an empty image.
 const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils'];
 
-async function ensurePackages(): Promise<void> {
+// Two engines start at once: one apt run for both.
+let packagesReady: Promise<void> | undefined;
+function ensurePackages(): Promise<void> {
+  packagesReady ??= installPackages();
+  return packagesReady;
+}
+
+async function installPackages(): Promise<void> {
   const missing: string[] = [];
   for (const pkg of PACKAGES) {
     const status = await run('dpkg-query', ['-W', '-f=${Status}', pkg]).catch(() => '');

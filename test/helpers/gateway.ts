@@ -19,8 +19,14 @@ export const CLI20 = '/usr/bin/docker'
 /** The shipped policy directory (policies/ at the repository root). */
 export const POLICIES = path.resolve(__dirname, '../../../policies')
 
+/** The run's shared engine: a plain one, not a swarm manager, as most users run it. */
 export function engine (): EngineInfo {
   return readState()
+}
+
+/** The run's swarm-mode engine (a single-node manager), for the tests that opt in to swarm objects. */
+export function swarmEngine (): EngineInfo {
+  return readState('swarm')
 }
 
 export interface TestGateway {

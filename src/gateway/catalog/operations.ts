@@ -2,7 +2,7 @@
  * The Engine API operation catalog: one row per operation the gateway knows.
  *
  * Method + path template -> operation id exactly as the Engine API spec names it
- * (`operationId` in ../shared/spec/engine-api-v1.*.yaml), the kind of resource the
+ * (`operationId` in spec/engine-api-v1.*.yaml), the kind of resource the
  * operation touches, which path parameter names it, and how its bodies travel.
  * test/catalog.test.ts checks this table against every spec file, both ways.
  *

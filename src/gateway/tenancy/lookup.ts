@@ -169,8 +169,20 @@ export class Resolver {
     return await engineJson(this.upstream, 'GET', path) as { status: number, body: any }
   }
 
-  /** The tenant's objects of a kind, listed with the owner-label filter. */
-  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string, opts: { noSwarmIsEmpty?: boolean } = {}): Promise<any[]> {
+  /**
+   * A GET of a swarm object or list: on an engine that is not a swarm manager (dockerd
+   * answers 503, Podman 404 to the whole swarm API) there are none, which is answered
+   * as a 404; any other 5xx still throws.
+   */
+  async swarmGet (path: string): Promise<{ status: number, body: any }> {
+    const r = await this.probe(path)
+    if (r.status === 503 || r.status === 404) return { status: 404, body: null }
+    if (r.status >= 500) throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path.split('?')[0]}`)
+    return r
+  }
+
+  /** The tenant's objects of a kind, listed with the owner-label filter (swarm objects: none on a plain engine). */
+  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string): Promise<any[]> {
     const filters = enc(serializeFilters(withLabel(new Map(), `${TENANT_LABEL}=${tenant}`)))
     const path = {
       container: `/containers/json?all=1&filters=${filters}`,
@@ -181,9 +193,10 @@ export class Resolver {
       config: `/configs?filters=${filters}`,
       image: `/images/json?all=1&filters=${filters}`,
     }[kind]
-    const r = await this.get(path)
+    const swarm = kind === 'service' || kind === 'secret' || kind === 'config'
+    const r = swarm ? await this.swarmGet(path) : await this.get(path)
     // Swarm objects on an engine that is not a swarm manager: there are none.
-    if (r.status === 503 && opts.noSwarmIsEmpty === true) return []
+    if (swarm && r.status === 404) return []
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `listing ${kind}s for an ownership check failed (${r.status})`)
     const list = kind === 'volume' ? r.body?.Volumes : r.body
     // Defence in depth: keep only what carries the label, whatever the engine did with the filter.
@@ -194,7 +207,7 @@ export class Resolver {
   private async ownerById (kind: ObjectKind, id: string, path: string, labels: (body: any) => Labels): Promise<string | null | undefined> {
     const hit = this.cache.get(id)
     if (hit !== undefined) return hit
-    const r = await this.get(path)
+    const r = kind === 'service' || kind === 'secret' || kind === 'config' ? await this.swarmGet(path) : await this.get(path)
     if (r.status === 404) return undefined
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up ${kind} ${id} failed (${r.status})`)
     const owner = ownerOf(labels(r.body))
@@ -286,7 +299,7 @@ export class Resolver {
     let service = SWARM_ID.test(ref) ? this.cache.parent(ref) : undefined
     let id = ref
     if (service === undefined) {
-      const r = await this.get(`/tasks/${enc(ref)}`)
+      const r = await this.swarmGet(`/tasks/${enc(ref)}`)
       if (r.status !== 200) return { state: 'missing' }
       id = String(r.body?.ID)
       service = String(r.body?.ServiceID ?? '')
@@ -318,7 +331,7 @@ export class Resolver {
   async nameHolder (kind: 'container' | 'network' | 'service' | 'secret' | 'config', name: string): Promise<string | null | undefined> {
     const filters = enc(JSON.stringify({ name: { [kind === 'container' ? `^/?${escapeRegExp(name)}$` : name]: true } }))
     const path = { container: `/containers/json?all=1&filters=${filters}`, network: `/networks?filters=${filters}`, service: `/services?filters=${filters}`, secret: `/secrets?filters=${filters}`, config: `/configs?filters=${filters}` }[kind]
-    const r = await this.get(path)
+    const r = kind === 'container' || kind === 'network' ? await this.get(path) : await this.swarmGet(path)
     if (r.status !== 200 || !Array.isArray(r.body)) return undefined
     const exact = (r.body as any[]).find((o) => kind === 'container' ? (o.Names ?? []).includes('/' + name) : (o.Name ?? o.Spec?.Name) === name)
     if (!exact) return undefined

@@ -58,7 +58,7 @@ export async function usage (call: Call, except?: { container?: string, service?
     total.memory += l.memory
     total.nanoCpus += l.nanoCpus
   }
-  const services = (await call.r.ownList('service', call.tenant, { noSwarmIsEmpty: true })).filter((s) => s.ID !== except?.service)
+  const services = (await call.r.ownList('service', call.tenant)).filter((s) => s.ID !== except?.service)
   // Nodes are counted only for global services, which run one task on each.
   const nodes = services.some((s) => s.Spec?.Mode?.Global !== undefined) ? await nodeCount(call) : 1
   for (const s of services) add(total, serviceUsage(s.Spec, nodes))
