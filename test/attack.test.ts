@@ -31,7 +31,7 @@ import path from 'node:path'
 import { gzipSync } from 'node:zlib'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { CLI20, CLI28, dechunk, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, dechunk, engine, run, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const PREFIX = uniqueName('pcat')
@@ -59,6 +59,8 @@ const BOX = `${PREFIX}-box`
 const FOREIGN = `${PREFIX}-foreign`
 
 let gw: TestGateway
+/** The same gateway configuration in front of the run's swarm-mode engine, for services, secrets and configs. */
+let sgw: TestGateway
 
 // ---------------------------------------------------------------------------------------
 // Talking to the engine directly, and to the gateway as the docker CLI.
@@ -66,9 +68,9 @@ let gw: TestGateway
 /** A JSON document from the engine. */
 type Doc = Record<string, any>
 
-async function direct (method: string, urlPath: string, body?: unknown): Promise<{ status: number, json: Doc }> {
+async function direct (method: string, urlPath: string, body?: unknown, socketPath = engine().socket): Promise<{ status: number, json: Doc }> {
   return await new Promise((resolve, reject) => {
-    const req = http.request({ socketPath: engine().socket, method, path: urlPath, headers: body === undefined ? {} : { 'content-type': 'application/json' } }, (res) => {
+    const req = http.request({ socketPath, method, path: urlPath, headers: body === undefined ? {} : { 'content-type': 'application/json' } }, (res) => {
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
       res.on('end', () => {
@@ -84,9 +86,9 @@ async function direct (method: string, urlPath: string, body?: unknown): Promise
 }
 
 type Kind = 'container' | 'volume' | 'network' | 'image'
-/** A service, secret or config by its exact name, directly on the engine; undefined when there is none. */
+/** A service, secret or config by its exact name, directly on the swarm-mode engine; undefined when there is none. */
 const swarmObject = async (kind: 'services' | 'secrets' | 'configs', name: string): Promise<Doc | undefined> =>
-  ((await direct('GET', `/${kind}?filters=${encodeURIComponent(JSON.stringify({ name: [name] }))}`)).json as Doc[]).find((x) => x.Spec?.Name === name)
+  ((await direct('GET', `/${kind}?filters=${encodeURIComponent(JSON.stringify({ name: [name] }))}`, undefined, swarmEngine().socket)).json as Doc[]).find((x) => x.Spec?.Name === name)
 const OBJECT_PATH: Record<Kind, string> = { container: '/containers', volume: '/volumes', network: '/networks', image: '/images' }
 const inspect = async (kind: Kind, name: string): Promise<Doc> => (await direct('GET', `${OBJECT_PATH[kind]}/${name}${kind === 'container' || kind === 'image' ? '/json' : ''}`)).json
 const exists = async (kind: Kind, name: string): Promise<boolean> =>
@@ -102,11 +104,11 @@ function dockerConfig (token: string): string {
 }
 const TENANT_CONFIG = dockerConfig(MALLORY)
 
-interface CliOpts { stdin?: string | Buffer, cli?: string, env?: NodeJS.ProcessEnv, cwd?: string }
+interface CliOpts { stdin?: string | Buffer, cli?: string, env?: NodeJS.ProcessEnv, cwd?: string, host?: string }
 
-/** The docker CLI (28 unless told) as mallory through the gateway. */
+/** The docker CLI (28 unless told) as mallory through the gateway (in front of the plain engine unless told). */
 async function tenant (args: readonly string[], opts: CliOpts = {}): Promise<RunResult> {
-  return await run(opts.cli ?? CLI28, args, { host: gw.dockerHost, stdin: opts.stdin, cwd: opts.cwd, env: { DOCKER_CONFIG: TENANT_CONFIG, ...opts.env }, timeoutMs: 120_000 })
+  return await run(opts.cli ?? CLI28, args, { host: opts.host ?? gw.dockerHost, stdin: opts.stdin, cwd: opts.cwd, env: { DOCKER_CONFIG: TENANT_CONFIG, ...opts.env }, timeoutMs: 120_000 })
 }
 
 /** The same, asserting that it exits 0; returns stdout. */
@@ -218,10 +220,10 @@ async function snapshot (): Promise<Doc> {
     images: (images as Doc[]).flatMap((i) => (i.RepoTags ?? []) as string[]).filter((tag) => tag.includes(PREFIX)).sort(),
     fixtures,
   }
-  if (info.Swarm?.LocalNodeState === 'active') {
-    for (const kind of ['services', 'secrets', 'configs']) {
-      snap[kind] = ((await direct('GET', `/${kind}`)).json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map((x) => x.Spec?.Name as string).sort()
-    }
+  snap.swarm = info.Swarm?.LocalNodeState
+  // Swarm objects live on the run's swarm-mode engine (the swarm workflows use it).
+  for (const kind of ['services', 'secrets', 'configs']) {
+    snap[kind] = ((await direct('GET', `/${kind}`, undefined, swarmEngine().socket)).json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map((x) => x.Spec?.Name as string).sort()
   }
   return snap
 }
@@ -236,10 +238,12 @@ async function sweep (): Promise<void> {
   for (const tag of (images as Doc[]).flatMap((i) => (i.RepoTags ?? []) as string[]).filter((x) => x.includes(PREFIX))) await remove('image', tag)
   // Services first: a secret or config in use by one cannot be removed.
   for (const kind of ['services', 'secrets', 'configs']) {
-    const list = await direct('GET', `/${kind}`)
+    const list = await direct('GET', `/${kind}`, undefined, swarmEngine().socket)
     if (list.status !== 200) continue
-    await Promise.all((list.json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map(async (x) => await direct('DELETE', `/${kind}/${String(x.ID)}`)))
+    await Promise.all((list.json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map(async (x) => await direct('DELETE', `/${kind}/${String(x.ID)}`, undefined, swarmEngine().socket)))
   }
+  const swarmBoxes = (await direct('GET', '/containers/json?all=1', undefined, swarmEngine().socket)).json as Doc[]
+  await Promise.all(swarmBoxes.filter((c) => ours(c.Names.join(' '), c.Labels)).map(async (c) => await direct('DELETE', `/containers/${String(c.Id)}?force=1`, undefined, swarmEngine().socket)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -248,6 +252,7 @@ async function sweep (): Promise<void> {
 const madeDirs: string[] = []
 t.before(async () => {
   gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`)
   for (const dir of ['/srv', '/srv/portcullis', TENANT_DIR, HOST_DIR]) {
     if (!fs.existsSync(dir)) { fs.mkdirSync(dir); madeDirs.push(dir) }
   }
@@ -265,6 +270,7 @@ t.before(async () => {
 t.teardown(async () => {
   await sweep()
   await gw?.close()
+  await sgw?.close()
   fs.rmSync(HOST_DIR, { recursive: true, force: true })
   for (const dir of madeDirs.reverse()) { try { fs.rmdirSync(dir) } catch { /* in use by someone else */ } }
   fs.rmSync(tmp, { recursive: true, force: true })
@@ -697,27 +703,27 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     await docker(t, ['network', 'rm', name])
     t.notOk(await exists('network', name), 'removed')
   }],
-  ['secret and config create, ls, inspect, rm', async (t) => {
+  ['secret and config create, ls, inspect, rm (swarm-mode engine)', async (t) => {
     for (const kind of ['secret', 'config'] as const) {
       const name = `${PREFIX}-${kind}`
-      const id = (await docker(t, [kind, 'create', '--label', 'purpose=test', name, '-'], { stdin: `${kind} data\n` })).trim()
+      const id = (await docker(t, [kind, 'create', '--label', 'purpose=test', name, '-'], { stdin: `${kind} data\n`, host: sgw.dockerHost })).trim()
       t.match(id, /^[0-9a-z]{25}$/, `docker ${kind} create prints the id`)
       t.same((await swarmObject(`${kind}s`, name))?.Spec?.Labels, { purpose: 'test', ...OWNER }, `the engine stored the ${kind} with the owner labels`)
-      t.equal(await docker(t, [kind, 'ls', '--filter', `name=${name}`, '--format', '{{.Name}}']), `${name}\n`)
-      t.equal((await docker(t, [kind, 'inspect', '--format', '{{.ID}}', name])).trim(), id)
-      await docker(t, [kind, 'rm', name])
+      t.equal(await docker(t, [kind, 'ls', '--filter', `name=${name}`, '--format', '{{.Name}}'], { host: sgw.dockerHost }), `${name}\n`)
+      t.equal((await docker(t, [kind, 'inspect', '--format', '{{.ID}}', name], { host: sgw.dockerHost })).trim(), id)
+      await docker(t, [kind, 'rm', name], { host: sgw.dockerHost })
       t.equal(await swarmObject(`${kind}s`, name), undefined, 'removed')
     }
   }],
-  ['service create with a memory limit, ls, rm', async (t) => {
+  ['service create with a memory limit, ls, rm (swarm-mode engine)', async (t) => {
     const name = `${PREFIX}-svc`
-    const id = (await docker(t, ['service', 'create', '--detach', '--no-resolve-image', '--limit-memory', '32m', '--name', name, IMAGE, 'sleep', '1000'])).trim()
+    const id = (await docker(t, ['service', 'create', '--detach', '--no-resolve-image', '--limit-memory', '32m', '--name', name, IMAGE, 'sleep', '1000'], { host: sgw.dockerHost })).trim()
     t.match(id, /^[0-9a-z]{25}$/, 'docker service create prints the id')
     const spec = (await swarmObject('services', name))?.Spec
     t.same([spec?.Labels, spec?.TaskTemplate?.ContainerSpec?.Labels], [OWNER, OWNER], 'the engine stored the owner labels on the service and its containers')
     t.equal(spec?.TaskTemplate?.Resources?.Limits?.MemoryBytes, 32 << 20, 'and the memory limit')
-    t.equal(await docker(t, ['service', 'ls', '--filter', `name=${name}`, '--format', '{{.ID}} {{.Name}}']), `${id.slice(0, 12)} ${name}\n`)
-    await docker(t, ['service', 'rm', name])
+    t.equal(await docker(t, ['service', 'ls', '--filter', `name=${name}`, '--format', '{{.ID}} {{.Name}}'], { host: sgw.dockerHost }), `${id.slice(0, 12)} ${name}\n`)
+    await docker(t, ['service', 'rm', name], { host: sgw.dockerHost })
     t.equal(await swarmObject('services', name), undefined, 'removed')
   }],
   ['events --since/--until', async (t) => {

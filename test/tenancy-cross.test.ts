@@ -21,8 +21,12 @@ import net from 'node:net'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
 import { operations, type Operation } from '../src/gateway/catalog/operations'
-import { dechunk, engine, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
+import { dechunk, startTestGateway, swarmEngine, uniqueName, type TestGateway } from './helpers/gateway'
 
+// Every kind of object, swarm services, tasks, secrets, configs and nodes included: this
+// file runs on the run's swarm-mode engine. Tenancy on a plain engine (where the swarm
+// lookups answer 503) is covered by test/plain-engine, test/attack and test/tenancy-views.
+const engine = swarmEngine
 const SECRET = randomBytes(32).toString('hex')
 const P = uniqueName('pcx')
 const IMAGE = engine().image
@@ -864,7 +868,7 @@ t.test('every catalog operation is classified, and every one with a path paramet
 
 t.test('tenant B on tenant A\'s objects', async (t) => {
   const started = Date.now()
-  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${engine().socket}`)
   t.teardown(async () => {
     await gw.close()
     await cleanUp()

@@ -170,19 +170,26 @@ export class Resolver {
   }
 
   /**
-   * A GET of a swarm object or list: on an engine that is not a swarm manager (dockerd
-   * answers 503, Podman 404 to the whole swarm API) there are none, which is answered
-   * as a 404; any other 5xx still throws.
+   * A GET of a swarm object or list. An engine that is not a swarm manager has none:
+   * dockerd answers 503 ("This node is not a swarm manager..."), Podman 404 to the whole
+   * swarm API. Podman's 404 is answered as a 404; dockerd's 503 as an empty list where a
+   * list is asked (`inactive: 'none'`: quotas, task lists), else relayed as the engine's
+   * own 503 so that a tenant sees what the engine would tell it. Any other 5xx throws.
    */
-  async swarmGet (path: string): Promise<{ status: number, body: any }> {
+  async swarmGet (path: string, inactive: 'none' | 'relay'): Promise<{ status: number, body: any }> {
     const r = await this.probe(path)
-    if (r.status === 503 || r.status === 404) return { status: 404, body: null }
+    if (r.status === 404) return { status: 404, body: null }
+    if (r.status === 503) {
+      if (inactive === 'none') return { status: 404, body: null }
+      const message = typeof r.body?.message === 'string' ? r.body.message : 'This node is not a swarm manager.'
+      throw new GatewayError('SWARM_INACTIVE', message)
+    }
     if (r.status >= 500) throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path.split('?')[0]}`)
     return r
   }
 
   /** The tenant's objects of a kind, listed with the owner-label filter (swarm objects: none on a plain engine). */
-  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string): Promise<any[]> {
+  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string, inactive: 'none' | 'relay' = 'none'): Promise<any[]> {
     const filters = enc(serializeFilters(withLabel(new Map(), `${TENANT_LABEL}=${tenant}`)))
     const path = {
       container: `/containers/json?all=1&filters=${filters}`,
@@ -194,7 +201,7 @@ export class Resolver {
       image: `/images/json?all=1&filters=${filters}`,
     }[kind]
     const swarm = kind === 'service' || kind === 'secret' || kind === 'config'
-    const r = swarm ? await this.swarmGet(path) : await this.get(path)
+    const r = swarm ? await this.swarmGet(path, inactive) : await this.get(path)
     // Swarm objects on an engine that is not a swarm manager: there are none.
     if (swarm && r.status === 404) return []
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `listing ${kind}s for an ownership check failed (${r.status})`)
@@ -207,7 +214,7 @@ export class Resolver {
   private async ownerById (kind: ObjectKind, id: string, path: string, labels: (body: any) => Labels): Promise<string | null | undefined> {
     const hit = this.cache.get(id)
     if (hit !== undefined) return hit
-    const r = kind === 'service' || kind === 'secret' || kind === 'config' ? await this.swarmGet(path) : await this.get(path)
+    const r = kind === 'service' || kind === 'secret' || kind === 'config' ? await this.swarmGet(path, 'relay') : await this.get(path)
     if (r.status === 404) return undefined
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up ${kind} ${id} failed (${r.status})`)
     const owner = ownerOf(labels(r.body))
@@ -286,7 +293,8 @@ export class Resolver {
       const owner = await this.ownerById(kind, ref, `/${kind}s/${ref}`, (b) => b?.Spec?.Labels)
       if (owner === tenant) return { state: 'own', id: ref }
     }
-    const list = (await this.ownList(kind, tenant)).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')] }))
+    // Not a swarm manager: the engine's own 503, whatever the reference.
+    const list = (await this.ownList(kind, tenant, 'relay')).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')] }))
     const m = this.match(ref, list)
     return m ? { state: 'own', ...m } : { state: 'missing' }
   }
@@ -299,7 +307,7 @@ export class Resolver {
     let service = SWARM_ID.test(ref) ? this.cache.parent(ref) : undefined
     let id = ref
     if (service === undefined) {
-      const r = await this.swarmGet(`/tasks/${enc(ref)}`)
+      const r = await this.swarmGet(`/tasks/${enc(ref)}`, 'relay')
       if (r.status !== 200) return { state: 'missing' }
       id = String(r.body?.ID)
       service = String(r.body?.ServiceID ?? '')
@@ -331,7 +339,8 @@ export class Resolver {
   async nameHolder (kind: 'container' | 'network' | 'service' | 'secret' | 'config', name: string): Promise<string | null | undefined> {
     const filters = enc(JSON.stringify({ name: { [kind === 'container' ? `^/?${escapeRegExp(name)}$` : name]: true } }))
     const path = { container: `/containers/json?all=1&filters=${filters}`, network: `/networks?filters=${filters}`, service: `/services?filters=${filters}`, secret: `/secrets?filters=${filters}`, config: `/configs?filters=${filters}` }[kind]
-    const r = kind === 'container' || kind === 'network' ? await this.get(path) : await this.swarmGet(path)
+    // A swarm name on an engine that is not a swarm manager: nobody holds it (the engine refuses the create itself).
+    const r = kind === 'container' || kind === 'network' ? await this.get(path) : await this.swarmGet(path, 'none')
     if (r.status !== 200 || !Array.isArray(r.body)) return undefined
     const exact = (r.body as any[]).find((o) => kind === 'container' ? (o.Names ?? []).includes('/' + name) : (o.Name ?? o.Spec?.Name) === name)
     if (!exact) return undefined
