@@ -217,34 +217,51 @@ export class Resolver {
     const r = kind === 'service' || kind === 'secret' || kind === 'config' ? await this.swarmGet(path, 'relay') : await this.get(path)
     if (r.status === 404) return undefined
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up ${kind} ${id} failed (${r.status})`)
+    // The engine's inspect also resolves names and prefixes: an object merely *named* like
+    // an id is not the id's object (and must never be cached under it).
+    if (String(r.body?.Id ?? r.body?.ID ?? '') !== id) return undefined
     const owner = ownerOf(labels(r.body))
     this.cache.set(id, owner)
     return owner
   }
 
-  /** Match a reference the way the engine does, among `list`: full id, exact name, unique id prefix. */
-  private match (ref: string, list: Array<{ id: string, names: string[] }>): { id: string, name?: string } | null {
-    const exact = list.find((o) => o.id === ref)
-    if (exact) return { id: exact.id, ...(exact.names[0] ? { name: exact.names[0] } : {}) }
-    const named = list.filter((o) => o.names.includes(ref))
-    if (named.length === 1) return { id: named[0].id, name: ref }
-    if (named.length > 1) throw new GatewayError('NOT_FOUND', `${ref} is ambiguous: more than one object has that name`)
-    const prefixed = list.filter((o) => o.id.startsWith(ref))
-    if (prefixed.length === 1) return { id: prefixed[0].id, ...(prefixed[0].names[0] ? { name: prefixed[0].names[0] } : {}) }
-    if (prefixed.length > 1) throw new GatewayError('NOT_FOUND', `Multiple IDs found with provided prefix: ${ref}`)
-    return null
+  /**
+   * The object the engine picks for a reference, among ALL its objects of a kind (never
+   * only the caller's): full id, then exact name, then unique id prefix, as dockerd's
+   * GetContainer, FindNetwork and swarm's getService/getSecret/getConfig do. A tenant's
+   * name or prefix that means another object to the engine must not mean the tenant's
+   * own object to the gateway. An ambiguous choice (the engine refuses it) is null.
+   */
+  private pick<T extends { id: string, names: string[] }> (ref: string, all: T[]): T | null {
+    if (ref === '') return null
+    const byId = all.find((o) => o.id === ref)
+    if (byId) return byId
+    const named = all.filter((o) => o.names.includes(ref))
+    if (named.length === 1) return named[0]
+    if (named.length > 1) return null
+    const prefixed = all.filter((o) => o.id.startsWith(ref))
+    return prefixed.length === 1 ? prefixed[0] : null
+  }
+
+  /** The engine's pick among all objects, then its owner decides: the tenant's own, or missing. */
+  private decide (pick: { id: string, names: string[], owner: string | null } | null, tenant: string): Resolution {
+    if (!pick || pick.owner !== tenant) return { state: 'missing' }
+    return { state: 'own', id: pick.id, ...(pick.names[0] ? { name: pick.names[0] } : {}) }
   }
 
   async container (ref: string, tenant: string): Promise<Resolution> {
     const name = ref.startsWith('/') ? ref.slice(1) : ref
     if (FULL_ID.test(name)) {
+      // A full id is the engine's first choice whenever it exists.
       const owner = await this.ownerById('container', name, `/containers/${name}/json`, (b) => b?.Config?.Labels)
       if (owner !== undefined) return owner === tenant ? { state: 'own', id: name } : { state: 'missing' }
     }
     if (name === '') return { state: 'missing' }
-    const list = (await this.ownList('container', tenant)).map((c) => ({ id: String(c.Id), names: (c.Names ?? []).map((n: string) => n.replace(/^\//, '')) }))
-    const m = this.match(name, list)
-    return m ? { state: 'own', ...m } : { state: 'missing' }
+    const r = await this.get('/containers/json?all=1')
+    if (r.status !== 200 || !Array.isArray(r.body)) throw new GatewayError('UPSTREAM_FAILED', `listing containers for an ownership check failed (${r.status})`)
+    // Names include the links' `/parent/alias` names, which the engine's name registry resolves too.
+    const all = (r.body as any[]).map((c) => ({ id: String(c.Id), names: (c.Names ?? []).map((n: string) => String(n).replace(/^\//, '')), owner: ownerOf(c.Labels) }))
+    return this.decide(this.pick(name, all), tenant)
   }
 
   async network (ref: string, tenant: string): Promise<Resolution> {
@@ -252,15 +269,15 @@ export class Resolver {
       const owner = await this.ownerById('network', ref, `/networks/${ref}`, (b) => b?.Labels)
       if (owner === tenant) return { state: 'own', id: ref }
     }
-    const list = (await this.ownList('network', tenant)).map((n) => ({ id: String(n.Id), names: [String(n.Name)] }))
-    const m = this.match(ref, list)
-    if (m) return { state: 'own', ...m }
+    const r = await this.get('/networks')
+    if (r.status !== 200 || !Array.isArray(r.body)) throw new GatewayError('UPSTREAM_FAILED', `listing networks for an ownership check failed (${r.status})`)
+    const all = (r.body as any[]).map((n) => ({ id: String(n.Id), names: [String(n.Name)], owner: ownerOf(n.Labels), scope: n.Scope }))
+    const pick = this.pick(ref, all)
     // The predefined networks are nobody's: visible (and attachable, as policy allows) to all.
-    const r = await this.get(`/networks/${enc(ref)}`)
-    if (r.status === 200 && PREDEFINED_NETWORKS.has(r.body?.Name) && ownerOf(r.body?.Labels) === null && (r.body?.Scope === 'local')) {
-      return { state: 'shared', id: String(r.body.Id), name: String(r.body.Name) }
+    if (pick && pick.owner === null && PREDEFINED_NETWORKS.has(pick.names[0]) && pick.scope === 'local') {
+      return { state: 'shared', id: pick.id, name: pick.names[0] }
     }
-    return { state: 'missing' }
+    return this.decide(pick, tenant)
   }
 
   async volume (name: string, tenant: string): Promise<Resolution> {
@@ -291,12 +308,12 @@ export class Resolver {
   private async swarmObject (kind: 'service' | 'secret' | 'config', ref: string, tenant: string): Promise<Resolution> {
     if (SWARM_ID.test(ref)) {
       const owner = await this.ownerById(kind, ref, `/${kind}s/${ref}`, (b) => b?.Spec?.Labels)
-      if (owner === tenant) return { state: 'own', id: ref }
+      if (owner !== undefined) return owner === tenant ? { state: 'own', id: ref } : { state: 'missing' }
     }
     // Not a swarm manager: the engine's own 503, whatever the reference.
-    const list = (await this.ownList(kind, tenant, 'relay')).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')] }))
-    const m = this.match(ref, list)
-    return m ? { state: 'own', ...m } : { state: 'missing' }
+    const r = await this.swarmGet(`/${kind}s`, 'relay')
+    const all = (Array.isArray(r.body) ? r.body as any[] : []).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')], owner: ownerOf(o.Spec?.Labels) }))
+    return this.decide(this.pick(ref, all), tenant)
   }
 
   async service (ref: string, tenant: string): Promise<Resolution> { return this.swarmObject('service', ref, tenant) }

@@ -98,6 +98,13 @@ function bodyAt (call: Call, ...path: string[]): any {
 /** A name another tenant already holds: a clear 409, never the other object's id. */
 async function nameFree (call: Call, kind: 'container' | 'network' | 'service' | 'secret' | 'config', name: string): Promise<void> {
   if (!name) return
+  // A name shaped like an id can be read as another object's id or id prefix, by the
+  // engine or by a client: tenants may not take one (a second line behind resolving
+  // every reference as the engine does and forwarding the full id).
+  const bare = name.replace(/^\//, '')
+  if (/^[0-9a-f]{12,64}$/.test(bare) || ((kind === 'service' || kind === 'secret' || kind === 'config') && /^[0-9a-z]{25}$/.test(bare))) {
+    throw refuse('tenant-names', `the ${kind} name "${bare}" looks like an object id: choose a name that is not ${kind === 'container' || kind === 'network' ? '12 or more hexadecimal digits' : 'shaped like an id'}`)
+  }
   const holder = await call.r.nameHolder(kind, name.replace(/^\//, ''))
   if (holder === undefined || holder === call.tenant) return
   throw nameTaken(kind, name.replace(/^\//, ''), call.tenant)
@@ -112,19 +119,44 @@ function nameTaken (kind: string, name: string, tenant: string): GatewayError {
 
 const CONTAINER_REF_MODES = ['NetworkMode', 'PidMode', 'IpcMode', 'UTSMode', 'UsernsMode', 'CgroupnsMode'] as const
 
-/** Every object a container's configuration names: volumes-from, links, container: modes, networks, named volumes, the image. */
+/**
+ * Every object a container's configuration names: volumes-from, links, container: modes,
+ * networks, named volumes, the image. Each is resolved as the engine will resolve it (over
+ * all objects) and checked; then the body names it by the full id that was checked, so
+ * that a name or prefix that changes hands (or is renamed away) before the engine reads
+ * it cannot make the engine pick another object.
+ */
 async function containerReferences (call: Call, hc: any, networking: any, image: unknown): Promise<{ newVolumes: string[] }> {
-  for (const v of list(hc?.VolumesFrom)) await own(call, 'container', str(v).split(':')[0], 'body')
-  for (const l of list(hc?.Links)) await own(call, 'container', str(l).split(':')[0], 'link')
+  for (const [i, v] of list(hc?.VolumesFrom).entries()) {
+    const [ref, ...mode] = str(v).split(':')
+    const id = await own(call, 'container', ref, 'body')
+    call.setBody(['HostConfig', 'VolumesFrom', String(i)], [id, ...mode].join(':'))
+  }
+  for (const [i, l] of list(hc?.Links).entries()) call.setBody(['HostConfig', 'Links', String(i)], await ownLink(call, str(l), 'link'))
   for (const mode of CONTAINER_REF_MODES) {
     const v = str(hc?.[mode])
-    if (v.startsWith('container:')) await own(call, 'container', v.slice('container:'.length), 'body')
+    if (v.startsWith('container:')) call.setBody(['HostConfig', mode], `container:${await own(call, 'container', v.slice('container:'.length), 'body')}`)
   }
   const netMode = str(hc?.NetworkMode)
-  if (netMode && !netMode.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(netMode)) await ownOrSharedNetwork(call, netMode, 'body')
-  for (const [net, ep] of Object.entries(networking?.EndpointsConfig ?? {})) {
-    if (!['default', 'bridge', 'host', 'none'].includes(net)) await ownOrSharedNetwork(call, net, 'body')
-    for (const l of list((ep as any)?.Links)) await own(call, 'container', str(l).split(':')[0], 'body')
+  let netModeId: string | undefined
+  if (netMode && !netMode.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(netMode)) {
+    netModeId = pinnedNetwork(netMode, await ownOrSharedNetwork(call, netMode, 'body'))
+    call.setBody(['HostConfig', 'NetworkMode'], netModeId)
+  }
+  const endpoints = networking?.EndpointsConfig
+  if (endpoints !== null && typeof endpoints === 'object') {
+    const pinned: Record<string, unknown> = {}
+    let changed = false
+    for (const [net, ep] of Object.entries(endpoints)) {
+      let key = net
+      if (!['default', 'bridge', 'host', 'none'].includes(net)) key = net === netMode && netModeId !== undefined ? netModeId : pinnedNetwork(net, await ownOrSharedNetwork(call, net, 'body'))
+      let value = ep
+      const links = list((ep as any)?.Links)
+      if (links.length > 0) value = { ...(ep as object), Links: await Promise.all(links.map(async (l) => await ownLink(call, str(l), 'body'))) }
+      if (key !== net || value !== ep) changed = true
+      pinned[key] = value
+    }
+    if (changed) call.setBody(['NetworkingConfig', 'EndpointsConfig'], pinned)
   }
   // Named volumes: the tenant's own, or new ones the gateway creates with owner labels.
   const named = new Set<string>()
@@ -147,6 +179,23 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
 }
 
 type Found = Exclude<Resolution, { state: 'missing' }>
+
+/** A link `name[:alias]` to one of the tenant's containers, naming it by full id (the alias kept: `name` when none was given). */
+async function ownLink (call: Call, link: string, where: 'link' | 'body'): Promise<string> {
+  const at = link.indexOf(':')
+  const ref = at < 0 ? link : link.slice(0, at)
+  const alias = at < 0 ? ref.replace(/^\//, '') : link.slice(at + 1)
+  return `${await own(call, 'container', ref, where)}:${alias}`
+}
+
+/**
+ * The network reference to forward: the exact name the engine resolved is kept (it is what
+ * inspect shows), unless it could also be read as an id prefix (all hex), or the reference
+ * was an id or a prefix; then the full id that was checked.
+ */
+function pinnedNetwork (ref: string, found: Found): string {
+  return found.name === ref && !/^[0-9a-f]+$/.test(ref) ? ref : found.id
+}
 
 async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'body' = 'path'): Promise<Found> {
   const res = await call.r.network(ref, call.tenant)
