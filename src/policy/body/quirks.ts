@@ -19,10 +19,10 @@
  * dropped. The canonical body has host configuration only in HostConfig, where the policy,
  * the rewrites and the quotas read it, and means the same to the engine as what was sent.
  *
- * Engines from 27.0 (moby#48007) no longer read top-level host fields at all. Forwarding
+ * Later engines (moby#48007, 2024) no longer read top-level host fields at all. Forwarding
  * the canonical form keeps what the policy checked and what any engine applies the same;
- * against those engines a legacy body without HostConfig gets the host configuration it
- * spelled out instead of none, which is what a client sending it meant.
+ * through the gateway, such an engine gives a legacy body without HostConfig the host
+ * configuration it spells out (checked by the policy) rather than none.
  *
  * Refused (400, as the engine refuses them): a HostConfig that is neither an object nor
  * null, and a top-level field the resolution reads (`Cpuset`; Memory, MemorySwap,
@@ -35,14 +35,14 @@
 import { GatewayError } from '../../gateway/errors'
 import type { JsonObject, JsonValue } from './decode'
 import { JsonNumber } from './number'
-import { bodySchemas, LEGACY_CPUSET, type StructNode } from './schema'
+import { bodySchemas, LEGACY_CPUSET } from './schema'
 
 /** Canonical names of HostConfig's fields: at the top level of a ContainerCreate body, the deprecated host configuration. */
 function hostConfigFields (): ReadonlySet<string> {
   const create = bodySchemas.get('ContainerCreate')
   const hc = create?.t === 'struct' ? create.fields.get('hostconfig')?.node : undefined
   if (hc?.t !== 'struct') throw new Error('engine schema: ContainerCreate.HostConfig is not a struct')
-  return new Set((hc as StructNode).exact.keys())
+  return new Set(hc.exact.keys())
 }
 
 const TOP_LEVEL_HOST_CONFIG = hostConfigFields()

@@ -56,6 +56,9 @@ export function compileTree (tree: unknown, where: string): BodyNode {
   }
 }
 
+/** The deprecated top-level `Cpuset` of a ContainerCreate body (runconfig.ContainerConfigWrapper's own field). */
+export const LEGACY_CPUSET = 'Cpuset'
+
 /**
  * The Go type the engine decodes a ContainerCreate body into is not the spec's: it is
  * runconfig.ContainerConfigWrapper (moby 20.10, runconfig/config_unix.go), which embeds
@@ -70,7 +73,6 @@ export function compileTree (tree: unknown, where: string): BodyNode {
  * hides a deeper one: no Config field shares a name with a HostConfig field today, and
  * a spec that made one would fail here rather than be guessed at.
  */
-export const LEGACY_CPUSET = 'Cpuset'
 function containerConfigWrapper (create: unknown): unknown {
   const hc = isRec(create) && isRec(create.f) ? create.f.HostConfig : undefined
   if (!isRec(create) || !isRec(create.f) || !isRec(hc) || hc.t !== 'struct' || !isRec(hc.f)) {
