@@ -337,7 +337,6 @@ const privileged = (target: string, req: Partial<Req> = {}): Probe => ({ req: { 
 
 const SECCOMP_ALLOW_ALL = `seccomp=${JSON.stringify({ defaultAction: 'SCMP_ACT_ALLOW' })}`
 const BIG = JSON.stringify({ Image: IMAGE, Labels: { pad: 'x'.repeat(1_100_000) }, HostConfig: { Privileged: true } })
-const TOP_LEVEL = /host configuration fields at the top level of the body \(([A-Za-z]+(, )?)+\) are a deprecated form the gateway does not accept/
 
 const attacks: Attack[] = [
   // Privileged, however spelled
@@ -355,11 +354,20 @@ const attacks: Attack[] = [
   refuse('Content-Length and Transfer-Encoding together', createJson('"HostConfig":{"Privileged":true}', { framing: 'length-and-chunked' }), 400, /./),
 
   // HostConfig fields at the top level: the engine's deprecated wrapper (runconfig.ContainerConfigWrapper)
-  // reads them as the host config when HostConfig is absent, and merges some of them when it is present.
-  refuse('HostConfig fields at the top level, no HostConfig key', createJson('"Privileged":true,"Binds":["/etc:/x"],"CapAdd":["ALL"]'), 400, TOP_LEVEL),
-  refuse('HostConfig fields at the top level beside an empty HostConfig', createJson('"HostConfig":{},"Privileged":true,"Binds":["/etc:/x"]'), 400, TOP_LEVEL),
-  refuse('HostConfig fields at the top level beside a harmless HostConfig', createJson('"HostConfig":{"Memory":33554432},"PidsLimit":-1,"SecurityOpt":["seccomp=unconfined"]'), 400, TOP_LEVEL),
-  refuse('HostConfig field at the top level in lower case ("privileged")', createJson('"privileged":true'), 400, TOP_LEVEL),
+  // reads them as the host config when HostConfig is absent or null, and copies Memory, MemorySwap,
+  // CpuShares, CpusetCpus and VolumeDriver into an empty HostConfig field when it is present (the
+  // others it then ignores: see "let through, but neutralised").
+  forbid('HostConfig fields at the top level, no HostConfig key', createJson('"Privileged":true,"Binds":["/etc:/x"],"CapAdd":["ALL"]'), 'no-privileged'),
+  forbid('HostConfig fields at the top level beside "HostConfig":null', createJson('"HostConfig":null,"Privileged":true'), 'no-privileged'),
+  forbid('HostConfig field at the top level in lower case ("privileged")', createJson('"privileged":true'), 'no-privileged'),
+  forbid('HostConfig field at the top level: Binds of /etc', createJson('"Binds":["/etc:/x"]'), 'host-binds'),
+  forbid('HostConfig field at the top level: Runtime', createJson('"Runtime":"sysbox-runc"'), 'runtime'),
+  forbid('HostConfig field at the top level: PidMode host', createJson('"pidmode":"host"'), 'no-host-namespaces'),
+  refuse('HostConfig field at the top level and its case variant', createJson('"Privileged":false,"privileged":true'), 400, /duplicate field Privileged \("Privileged" and "privileged"\)/),
+  refuse('a HostConfig that is a string beside top-level fields', createJson('"HostConfig":"x","Privileged":true'), 400, /HostConfig must be a JSON object or null, not a string/),
+  tenancy('top-level Memory over the quota beside an empty HostConfig (the engine copies it in)', createJson('"HostConfig":{},"Memory":137438953472'), 'quota-memory'),
+  tenancy('top-level Memory over the quota, no HostConfig key', createJson('"Memory":137438953472'), 'quota-memory'),
+  refuse('top-level Memory beside HostConfig that the engine cannot decode', createJson('"HostConfig":{},"Memory":"128g"'), 400, /Memory at the top level .* must be a 64-bit integer or null; send HostConfig\.Memory instead/),
 
   // Host paths: Binds, Mounts, volumes
   ...['/:/host', '/etc:/x:ro', '/var/run/docker.sock:/var/run/docker.sock', `${TENANT_DIR}/../../../etc:/x`, `${TENANT_DIR}/x/../../team-b:/x`,
@@ -857,6 +865,12 @@ const neutralised: Array<[string, Probe, (c: Doc) => unknown, unknown]> = [
     create({ Capabilities: ['CAP_SYS_ADMIN'] }), (c) => [c.HostConfig.Capabilities, c.HostConfig.CapAdd], [null, null]],
   ['owner labels set by the tenant are overwritten',
     create({}, { Labels: { 'io.portcullis.tenant': 'team-b', 'io.portcullis.subject': 'root' } }), (c) => c.Config.Labels, OWNER],
+  ['HostConfig fields at the top level beside an empty HostConfig (the engine ignores them)',
+    createJson('"HostConfig":{},"Privileged":true,"Binds":["/etc:/x"],"CapAdd":["ALL"],"Runtime":"sysbox-runc"'),
+    (c) => [c.HostConfig.Privileged, c.HostConfig.Binds, c.HostConfig.CapAdd, c.HostConfig.Runtime], [false, null, null, 'runc']],
+  ['HostConfig fields at the top level beside a harmless HostConfig (the engine ignores them)',
+    createJson('"HostConfig":{"Memory":33554432},"PidsLimit":-1,"SecurityOpt":["seccomp=unconfined"]'),
+    (c) => [c.HostConfig.Memory, c.HostConfig.PidsLimit, c.HostConfig.SecurityOpt], [33554432, 1024, ['no-new-privileges']]],
 ]
 
 t.test('let through, but neutralised', async (t) => {

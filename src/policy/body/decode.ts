@@ -28,7 +28,11 @@
  *   - in a map, and in any object the schema knows nothing about: keys are kept verbatim
  *     and only exact duplicates are refused (`a` and `A` are two labels);
  *   - exact duplicate keys are refused everywhere;
- *   - nesting deeper than MAX_DEPTH levels is refused.
+ *   - nesting deeper than MAX_DEPTH levels is refused;
+ *   - what the engine does with the decoded value before it acts on it is applied to the
+ *     value (quirks.ts): a ContainerCreate body's deprecated top-level host configuration
+ *     (the schema gives that operation the engine's wrapper type) is resolved into
+ *     `HostConfig` as the engine resolves it.
  *
  * Operations with no schema entry (none of the catalog's JSON operations today; see
  * hasBodySchema) are decoded generically: every object is treated as a map, so only exact
@@ -51,6 +55,7 @@
 import { isUtf8 } from 'node:buffer'
 import { GatewayError } from '../../gateway/errors'
 import { JsonNumber } from './number'
+import { resolveEngineQuirks } from './quirks'
 import { ANY_NODE, bodySchemas, type BodyNode } from './schema'
 
 export { JsonNumber, isJsonNumber } from './number'
@@ -96,6 +101,7 @@ export function decodeBody (operationId: string, raw: Buffer): DecodedBody {
   const value = p.value(root, 0)
   p.ws()
   if (p.pos < p.s.length) p.fail('unexpected data after the JSON value')
+  resolveEngineQuirks(operationId, value)
   return { value, bytes: Buffer.from(encode(value, 0, false), 'utf8') }
 }
 
