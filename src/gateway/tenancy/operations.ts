@@ -13,6 +13,7 @@ import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../errors'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
+import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
@@ -262,17 +263,46 @@ function registryAuth (call: Call, registry: string, what: string): void {
   }
 }
 
+/**
+ * POST /images/create is what the engine's own branch order says it is
+ * (postImagesCreate): a pull whenever `fromImage` is non-empty, whatever else the query
+ * holds (`fromSrc`, `repo`, `changes` are then ignored); otherwise an import. Go's
+ * Form.Get reads the first of repeated parameters, as URLSearchParams.get does.
+ */
 const imagePull: Handler = async (call) => {
   const from = call.query.get('fromImage') ?? ''
-  const src = call.query.get('fromSrc')
-  if (src !== null) {
-    if (src !== '-') throw refuse('image-import-url', 'importing an image from a URL makes the engine fetch it: not available to tenants')
-    mustBeInNamespace(call, `${call.query.get('repo') ?? ''}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
+  if (from !== '') {
+    // The engine pulls `fromImage` at `tag` (a tag or a digest) when one is given.
+    const tag = call.query.get('tag') ?? ''
+    const ref = tag === '' ? from : `${from}${tag.includes(':') ? '@' : ':'}${tag}`
+    const parsed = parseImageRef(ref) ?? parseImageRef(from)
+    if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format: ${JSON.stringify(from)}`)
+    registryAuth(call, parsed.registry, 'pulling')
     return
   }
-  const parsed = parseImageRef(from)
-  if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format: ${JSON.stringify(from)}`)
-  registryAuth(call, parsed.registry, 'pulling')
+  const src = call.query.get('fromSrc') ?? ''
+  if (src !== '-') throw refuse('image-import-url', 'importing an image from a URL makes the engine fetch it: not available to tenants (send the archive in the body: fromSrc=-)')
+  mustBeInNamespace(call, `${call.query.get('repo') ?? ''}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
+  // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
+  stampChanges(call)
+}
+
+/**
+ * `changes` (commit, import) are Dockerfile instructions the engine applies on top of the
+ * image's configuration: none may set an owner label, in any spelling the builder reads;
+ * then the gateway's own LABEL change comes last, so the owner labels are the caller's.
+ */
+function stampChanges (call: Call): void {
+  const changes = call.query.getAll('changes')
+  const forged = labelKeys(changes.join('\n')).filter(mayBeOwnerLabel)
+  if (forged.length > 0) throw refuse('owner-labels', `changes must not set io.portcullis.* labels, or labels named with variables (${forged.map((k) => JSON.stringify(k)).join(', ')})`)
+  const stamp = labelInstruction({ [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject })
+  if (stamp === null) throw refuse('owner-labels', `the owner labels of subject ${call.subject} in tenant ${call.tenant} cannot be written as a Dockerfile LABEL`)
+  call.query.delete('changes')
+  for (const c of changes) call.query.append('changes', c)
+  call.query.append('changes', stamp)
+  call.queryChanged = true
+  call.patch.push({ op: 'add', path: '/query/changes/-', value: stamp })
 }
 
 const imagePush: Handler = async (call) => {
@@ -301,9 +331,12 @@ const imageDelete: Handler = async (call) => {
 
 const imageBuild: Handler = async (call) => {
   for (const t of call.query.getAll('t')) mustBeInNamespace(call, t, 'build tag')
-  const remote = call.query.get('remote')
-  if (remote && (/^[a-z][a-z0-9+.-]*:\/\//i.test(remote) || remote.startsWith('git@'))) {
-    throw refuse('build-remote', 'building from a remote URL makes the engine fetch it: not available to tenants (send the context)')
+  // Any remote but the BuildKit session makes the daemon fetch: git URLs (git://, git@,
+  // github.com/..., URLs ending in .git), http(s) URLs, and whatever later engines add
+  // (remotecontext.Detect). Only the context in the body is the tenant's.
+  const remote = call.query.get('remote') ?? ''
+  if (remote !== '' && remote !== 'client-session') {
+    throw refuse('build-remote', 'building from a remote context makes the engine fetch it: not available to tenants (send the context in the body)')
   }
   for (const ref of parseJsonList(call, 'cachefrom')) await visibleImage(call, ref)
   // BuildKit exporters (API 1.40+) can name images too: those names obey the namespace.
@@ -344,10 +377,8 @@ const imageCommit: Handler = async (call) => {
   call.setQuery('container', id)
   const repo = call.query.get('repo')
   if (repo) mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'committed image')
-  for (const c of call.query.getAll('changes')) {
-    if (/io\.portcullis\./i.test(c)) throw refuse('owner-labels', 'commit changes must not set io.portcullis.* labels')
-  }
   stamp(call, ['Labels'])
+  stampChanges(call)
 }
 
 const imageList: Handler = async (call) => {
