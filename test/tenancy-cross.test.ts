@@ -401,6 +401,10 @@ const PARAM_CASES: Record<string, CaseSpec | CaseSpec[]> = {
   ContainerArchive: { targets: CONTAINERS, query: () => 'path=/etc/passwd', expect: container },
   PutContainerArchive: { targets: CONTAINERS, query: () => 'path=/tmp', body: () => tar({ [`${P}-planted`]: 'planted by B\n' }), contentType: 'application/x-tar', expect: container },
   ContainerExec: { targets: CONTAINERS, body: () => ({ Cmd: ['touch', `/tmp/${P}-exec`], AttachStdout: true }), expect: container },
+  // CRIU checkpoints name host directories: denied to tenants whatever the container.
+  CheckpointList: { targets: CONTAINERS, expect: { kind: 'denied', by: 'tenancy' } },
+  CheckpointCreate: { targets: CONTAINERS, body: () => ({ CheckpointID: 'cp1' }), expect: { kind: 'denied', by: 'tenancy' } },
+  CheckpointDelete: { targets: CONTAINERS, params: (f) => ({ id: f.ref, checkpoint: 'cp1' }), expect: { kind: 'denied', by: 'tenancy' } },
   // A's exec instance (created, never started).
   ExecStart: [
     { label: 'detached', targets: ['exec'], body: () => ({ Detach: true, Tty: false }), expect: { kind: 'missing', message: MISSING.exec, engine: true } },
@@ -487,6 +491,7 @@ const NO_REFERENCE: Record<string, string> = {
   SystemDataUsage: 'no reference (answer narrowed to the tenant, not tested here)',
   ImageSearch: 'searches a registry, no engine object',
   BuildPrune: 'the build cache: denied to tenants',
+  BuildCancel: 'a build id its client chose at random: no engine object',
   PluginList: 'no reference (a tenant sees no plugin)',
   GetPluginPrivileges: 'names a registry plugin, no engine object (denied to tenants)',
   PluginPull: 'names a registry plugin (denied to tenants)',

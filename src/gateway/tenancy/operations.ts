@@ -491,6 +491,11 @@ export const handlers: Readonly<Record<string, Handler>> = {
   PutContainerArchive: owned('container'),
   ContainerPrune: labelFiltered(),
   ContainerExec: owned('container'),
+  // CRIU checkpoints (experimental engines): create and list take a host directory
+  // (`CheckpointDir`, `?dir=`) where the engine writes or reads the container's memory.
+  CheckpointList: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
+  CheckpointCreate: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
+  CheckpointDelete: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
   // Exec
   ExecStart: owned('exec'),
   ExecResize: owned('exec'),
@@ -499,6 +504,9 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageList: imageList,
   ImageBuild: imageBuild,
   BuildPrune: denied('no-build-prune', 'the build cache is shared and carries no owner'),
+  // A build is named by the random id its client chose (`?buildid=` of the build, `?id=` here):
+  // only that client knows it.
+  BuildCancel: open,
   ImageCreate: imagePull,
   ImageInspect: async (call) => { await visibleImage(call, call.params.name) },
   ImageAttestations: async (call) => { await visibleImage(call, call.params.name) },
