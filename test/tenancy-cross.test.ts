@@ -396,7 +396,11 @@ const PARAM_CASES: Record<string, CaseSpec | CaseSpec[]> = {
   ],
   ContainerAttachWebsocket: { targets: CONTAINERS, query: () => 'stream=1&stdout=1', upgrade: 'websocket', expect: container },
   ContainerWait: { targets: CONTAINERS, query: () => 'condition=not-running', expect: container },
-  ContainerDelete: { targets: CONTAINERS, query: () => 'force=1&v=1', expect: container },
+  ContainerDelete: [
+    { targets: CONTAINERS, query: () => 'force=1&v=1', expect: container },
+    // `docker rm --link`: a link of A's container (the parent, named in the path) is A's.
+    { label: 'a link of A\'s container', targets: CONTAINERS, params: (f) => ({ id: `${f.ref}/alias` }), query: () => 'link=1', expect: { kind: 'missing', message: (r) => MISSING.container(`${r}/alias`), engine: true } },
+  ],
   ContainerArchiveInfo: { targets: CONTAINERS, query: () => 'path=/etc/passwd', expect: container },
   ContainerArchive: { targets: CONTAINERS, query: () => 'path=/etc/passwd', expect: container },
   PutContainerArchive: { targets: CONTAINERS, query: () => 'path=/tmp', body: () => tar({ [`${P}-planted`]: 'planted by B\n' }), contentType: 'application/x-tar', expect: container },
