@@ -76,7 +76,12 @@ function keepOwn (labels: (o: any) => unknown, wrap?: 'Volumes'): (call: Call) =
       kind: 'json',
       transform: (body) => {
         const keep = (o: any): boolean => ownerOf(labels(o) as Record<string, string>) === call.tenant
-        if (wrap) return { ...body, [wrap]: list(body?.[wrap]).filter(keep) }
+        if (wrap) {
+          const all = list(body?.[wrap])
+          const kept = all.filter(keep)
+          // Nothing dropped: the engine's own answer, byte for byte.
+          return kept.length === all.length ? body : { ...body, [wrap]: kept }
+        }
         return list(body).filter(keep)
       },
     }
@@ -352,7 +357,16 @@ const networkInspect: Handler = async (call) => {
   if (res.state === 'shared') {
     // A predefined network lists everyone's containers: only the tenant's own are shown.
     const mine = new Set((await call.r.ownList('container', call.tenant)).map((c) => String(c.Id)))
-    call.respond = { kind: 'json', transform: (b) => ({ ...b, Containers: Object.fromEntries(Object.entries(b?.Containers ?? {}).filter(([id]) => mine.has(id))) }) }
+    call.respond = {
+      kind: 'json',
+      transform: (b) => {
+        const all = Object.entries(b?.Containers ?? {})
+        const kept = all.filter(([id]) => mine.has(id))
+        // Every field the gateway does not know (a v1.52 network's Status...) stays as it is;
+        // with nothing to hide, the engine's own answer goes out.
+        return kept.length === all.length ? b : { ...b, Containers: Object.fromEntries(kept) }
+      },
+    }
   }
 }
 
