@@ -400,11 +400,19 @@ const PARAM_CASES: Record<string, CaseSpec | CaseSpec[]> = {
   ],
   ContainerAttachWebsocket: { targets: CONTAINERS, query: () => 'stream=1&stdout=1', upgrade: 'websocket', expect: container },
   ContainerWait: { targets: CONTAINERS, query: () => 'condition=not-running', expect: container },
-  ContainerDelete: { targets: CONTAINERS, query: () => 'force=1&v=1', expect: container },
+  ContainerDelete: [
+    { targets: CONTAINERS, query: () => 'force=1&v=1', expect: container },
+    // `docker rm --link`: a link of A's container (the parent, named in the path) is A's.
+    { label: 'a link of A\'s container', targets: CONTAINERS, params: (f) => ({ id: `${f.ref}/alias` }), query: () => 'link=1', expect: { kind: 'missing', message: (r) => MISSING.container(`${r}/alias`), engine: true } },
+  ],
   ContainerArchiveInfo: { targets: CONTAINERS, query: () => 'path=/etc/passwd', expect: container },
   ContainerArchive: { targets: CONTAINERS, query: () => 'path=/etc/passwd', expect: container },
   PutContainerArchive: { targets: CONTAINERS, query: () => 'path=/tmp', body: () => tar({ [`${P}-planted`]: 'planted by B\n' }), contentType: 'application/x-tar', expect: container },
   ContainerExec: { targets: CONTAINERS, body: () => ({ Cmd: ['touch', `/tmp/${P}-exec`], AttachStdout: true }), expect: container },
+  // CRIU checkpoints name host directories: denied to tenants whatever the container.
+  CheckpointList: { targets: CONTAINERS, expect: { kind: 'denied', by: 'tenancy' } },
+  CheckpointCreate: { targets: CONTAINERS, body: () => ({ CheckpointID: 'cp1' }), expect: { kind: 'denied', by: 'tenancy' } },
+  CheckpointDelete: { targets: CONTAINERS, params: (f) => ({ id: f.ref, checkpoint: 'cp1' }), expect: { kind: 'denied', by: 'tenancy' } },
   // A's exec instance (created, never started).
   ExecStart: [
     { label: 'detached', targets: ['exec'], body: () => ({ Detach: true, Tty: false }), expect: { kind: 'missing', message: MISSING.exec, engine: true } },
@@ -491,6 +499,7 @@ const NO_REFERENCE: Record<string, string> = {
   SystemDataUsage: 'no reference (answer narrowed to the tenant, not tested here)',
   ImageSearch: 'searches a registry, no engine object',
   BuildPrune: 'the build cache: denied to tenants',
+  BuildCancel: 'a build id its client chose at random: no engine object',
   PluginList: 'no reference (a tenant sees no plugin)',
   GetPluginPrivileges: 'names a registry plugin, no engine object (denied to tenants)',
   PluginPull: 'names a registry plugin (denied to tenants)',

@@ -14,6 +14,7 @@ import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
 import type { Upstream } from './upstream'
 import type { ResponseFilter } from './tenancy'
+import { decodeJson, encodeBody } from '../policy/body/decode'
 
 /** Request headers the gateway consumes and never passes on. */
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
@@ -142,11 +143,6 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
 }
 
-/** Whether a list came through its filter with every element, unchanged and in order. */
-function keptWhole (before: unknown, after: unknown): boolean {
-  return Array.isArray(before) && Array.isArray(after) && before.length === after.length && before.every((x, i) => x === after[i])
-}
-
 /** Answers up to this declared length are read whole and sent in one write. */
 const SMALL_ANSWER = 256 * 1024
 
@@ -169,13 +165,62 @@ const EMPTY = Buffer.alloc(0)
 const FILTERED_ANSWER_MAX = 256 * 1024 * 1024
 
 /**
- * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
- * JSON-lines stream (events) passed line by line, each kept or dropped in order.
+ * The head of a narrowed answer: the engine's own headers, its Content-Type above all
+ * (`application/json`, `application/x-ndjson`, `application/jsonl` or
+ * `application/json-seq` for events, as the engine negotiated it from the client's
+ * Accept), less the framing of a body whose length the narrowing changes.
  */
-async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController): Promise<void> {
-  const headers = endToEnd(answer.headers)
+export function narrowedHeaders (engineHeaders: Record<string, string | string[] | undefined>): HeaderMap {
+  const headers = endToEnd(engineHeaders)
   delete headers['content-length']
   delete headers['transfer-encoding']
+  return headers
+}
+
+/** Whether a list came through its filter with every element, unchanged and in order. */
+function keptWhole (before: unknown, after: unknown): boolean {
+  return Array.isArray(before) && Array.isArray(after) && before.length === after.length && before.every((x, i) => x === after[i])
+}
+
+/**
+ * A JSON answer narrowed to a tenant: the bytes to send. When the filter changed nothing
+ * (it returned the document itself, or a list with every element in order) the engine's
+ * own bytes go out. Otherwise the narrowed document is re-encoded with every number as
+ * the engine wrote it (uint64 counters such as a v1.52 network's IPAM statistics exceed
+ * a double) and every field the gateway does not know kept; like Go's encoder, U+2028
+ * and U+2029 are escaped and a newline ends the answer.
+ */
+export async function narrowJson (raw: Buffer, filter: Extract<ResponseFilter, { kind: 'json' }>, opId: string): Promise<Buffer> {
+  let doc: unknown
+  // JSON.parse is exact for integers of up to 15 digits and for floats (Go and JavaScript
+  // print doubles alike); a longer run of digits anywhere takes the exact decoder.
+  const exact = LONG_DIGITS.test(raw.toString('latin1'))
+  try {
+    doc = exact ? decodeJson(raw) : JSON.parse(raw.toString('utf8'))
+  } catch (err) {
+    throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${opId} is not JSON; not passed to a tenant unfiltered`, { cause: err })
+  }
+  const narrowed = await filter.transform(doc)
+  if (narrowed === doc || keptWhole(doc, narrowed)) return raw
+  return Buffer.from(encodeBody(narrowed).toString('utf8').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029') + '\n', 'utf8')
+}
+
+/** A stream of JSON texts (events) narrowed record by record, in order, each kept with its exact bytes or dropped (and dropped when it is not JSON). */
+export async function * narrowLines (source: AsyncIterable<Buffer>, keep: (event: any) => Promise<boolean>): AsyncGenerator<Buffer> {
+  for await (const { bytes, value } of jsonLines(source)) {
+    if (value !== undefined && await keep(value)) yield Buffer.concat([bytes, NEWLINE])
+  }
+}
+
+const NEWLINE = Buffer.from('\n')
+const LONG_DIGITS = /[0-9]{16}/
+
+/**
+ * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
+ * stream of JSON texts (events) passed record by record, each kept or dropped in order.
+ */
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController): Promise<void> {
+  const headers = narrowedHeaders(answer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
     const chunks: Buffer[] = []
@@ -185,17 +230,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
       if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to filter for a tenant`)
       chunks.push(chunk as Buffer)
     }
-    const raw = Buffer.concat(chunks)
-    let doc: unknown
-    try {
-      doc = JSON.parse(raw.toString('utf8'))
-    } catch (err) {
-      throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is not JSON; not passed to a tenant unfiltered`, { cause: err })
-    }
-    const narrowed = await filter.transform(doc)
-    // A list the check kept whole (the engine already applied the owner filter) goes
-    // out as the engine's own bytes: every element was read and kept unchanged.
-    const out = keptWhole(doc, narrowed) ? raw : Buffer.from(JSON.stringify(narrowed) + '\n')
+    const out = await narrowJson(Buffer.concat(chunks), filter, ctx.target?.operation.id ?? '')
     ctx.bytesOut = out.length
     ctx.seal?.()
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
@@ -204,14 +239,8 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   }
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
-  // Each complete line kept or dropped, in order; a line that is not JSON is dropped.
-  const kept = async function * (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    for await (const { line, value } of jsonLines(source)) {
-      if (value !== undefined && await filter.keep(value)) yield Buffer.from(line + '\n')
-    }
-  }
   try {
-    await pipeline(answer.body, kept, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
+    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep), counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
   } catch {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -264,6 +264,16 @@ export class Resolver {
     return this.decide(this.pick(name, all), tenant)
   }
 
+  /**
+   * A container by exact name only, the way the engine's names table answers (link names
+   * such as `parent/alias` included; never an id or a prefix): the tenant's own, or missing.
+   */
+  async containerByName (name: string, tenant: string): Promise<Resolution> {
+    const want = '/' + name.replace(/^\//, '')
+    const found = (await this.ownList('container', tenant)).filter((c) => (c.Names ?? []).includes(want))
+    return found.length === 1 ? { state: 'own', id: String(found[0].Id), name: want.slice(1) } : { state: 'missing' }
+  }
+
   async network (ref: string, tenant: string): Promise<Resolution> {
     if (FULL_ID.test(ref)) {
       const owner = await this.ownerById('network', ref, `/networks/${ref}`, (b) => b?.Labels)

@@ -77,7 +77,12 @@ function keepOwn (labels: (o: any) => unknown, wrap?: 'Volumes'): (call: Call) =
       kind: 'json',
       transform: (body) => {
         const keep = (o: any): boolean => ownerOf(labels(o) as Record<string, string>) === call.tenant
-        if (wrap) return { ...body, [wrap]: list(body?.[wrap]).filter(keep) }
+        if (wrap) {
+          const all = list(body?.[wrap])
+          const kept = all.filter(keep)
+          // Nothing dropped: the engine's own answer, byte for byte.
+          return kept.length === all.length ? body : { ...body, [wrap]: kept }
+        }
         return list(body).filter(keep)
       },
     }
@@ -231,6 +236,40 @@ const containerUpdate: Handler = async (call) => {
   if (!changesMemory && !changesCpu) return
   const current = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig ?? {}
   await checkQuota(call, { containers: 0, memory: changesMemory ? num(b.Memory) : num(current.Memory), nanoCpus: changesCpu ? cpuOf(b) : cpuOf(current) }, { container: id })
+}
+
+/**
+ * Go's httputils.BoolValue, with which the engine reads `link`, `force` and `v`: anything
+ * but "", "0", "no", "false" and "none" (space-trimmed, lower-cased) is true.
+ */
+export function goBool (value: string | null): boolean {
+  const s = (value ?? '').replace(GO_SPACE_EDGES, '').toLowerCase()
+  return !['', '0', 'no', 'false', 'none'].includes(s)
+}
+/** Leading or trailing runs of what Go's unicode.IsSpace calls space. */
+const GO_SPACE_EDGES = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+|[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/g
+
+/**
+ * `docker rm --link /parent/alias` sends `DELETE /containers/parent/alias?link=1`. The
+ * engine (daemon.rmLink) finds the linked child by its link name, splits that name at
+ * its last `/`, looks the parent up by name in its names table (never by id or prefix:
+ * `<parent id>/alias` is a 404 there) and removes the alias from the parent. The parent
+ * is what changes, so it must be the tenant's own, found by exact name as the engine
+ * finds it. The request then goes out with the path as received (a link name holds the
+ * parent's name; there is no id form to send instead), and with `link=1` spelled so
+ * that the engine cannot read it as anything but a link removal. Only the owner (or an
+ * admin) can rename the parent between the check and the engine's lookup.
+ *
+ * Without `link`, the same path names the child by its link name (one of the child's
+ * names, listed in its Names): resolved among the tenant's containers as usual.
+ */
+const containerDelete: Handler = async (call) => {
+  const ref = call.params.id
+  const slash = ref.lastIndexOf('/')
+  if (slash < 0 || !goBool(call.query.get('link'))) return await owned('container')(call)
+  const parent = await call.r.containerByName(ref.slice(0, slash), call.tenant)
+  if (parent.state !== 'own') throw missing('container', ref, call.op.id)
+  call.setQuery('link', '1')
 }
 
 const containerRename: Handler = async (call) => {
@@ -398,7 +437,16 @@ const networkInspect: Handler = async (call) => {
   if (res.state === 'shared') {
     // A predefined network lists everyone's containers: only the tenant's own are shown.
     const mine = new Set((await call.r.ownList('container', call.tenant)).map((c) => String(c.Id)))
-    call.respond = { kind: 'json', transform: (b) => ({ ...b, Containers: Object.fromEntries(Object.entries(b?.Containers ?? {}).filter(([id]) => mine.has(id))) }) }
+    call.respond = {
+      kind: 'json',
+      transform: (b) => {
+        const all = Object.entries(b?.Containers ?? {})
+        const kept = all.filter(([id]) => mine.has(id))
+        // Every field the gateway does not know (a v1.52 network's Status...) stays as it is;
+        // with nothing to hide, the engine's own answer goes out.
+        return kept.length === all.length ? b : { ...b, Containers: Object.fromEntries(kept) }
+      },
+    }
   }
 }
 
@@ -565,12 +613,17 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ContainerAttach: owned('container'),
   ContainerAttachWebsocket: owned('container'),
   ContainerWait: owned('container'),
-  ContainerDelete: owned('container'),
+  ContainerDelete: containerDelete,
   ContainerArchiveInfo: owned('container'),
   ContainerArchive: owned('container'),
   PutContainerArchive: owned('container'),
   ContainerPrune: labelFiltered(),
   ContainerExec: owned('container'),
+  // CRIU checkpoints (experimental engines): create and list take a host directory
+  // (`CheckpointDir`, `?dir=`) where the engine writes or reads the container's memory.
+  CheckpointList: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
+  CheckpointCreate: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
+  CheckpointDelete: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
   // Exec
   ExecStart: owned('exec'),
   ExecResize: owned('exec'),
@@ -579,6 +632,9 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageList: imageList,
   ImageBuild: imageBuild,
   BuildPrune: denied('no-build-prune', 'the build cache is shared and carries no owner'),
+  // A build is named by the random id its client chose (`?buildid=` of the build, `?id=` here):
+  // only that client knows it.
+  BuildCancel: open,
   ImageCreate: imagePull,
   ImageInspect: async (call) => { await visibleImage(call, call.params.name) },
   ImageAttestations: async (call) => { await visibleImage(call, call.params.name) },

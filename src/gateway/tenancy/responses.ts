@@ -2,14 +2,19 @@
  * Answers narrowed to one tenant: SystemInfo's counts and host details,
  * SystemDataUsage's objects, and the event stream.
  */
+import { isJsonNumber } from '../../policy/body/number'
 import { list, type Call } from './call'
 import { ownerOf, PREDEFINED_NETWORKS, TENANT_LABEL } from './lookup'
 
 
-/** The zero value of a field's type, so that clients still find the field. */
+/**
+ * The zero value of a field's type, so that clients still find the field. (A number may
+ * be a JsonNumber: answers holding integers too long for a double are decoded exactly.)
+ */
 function zero (v: unknown): unknown {
   if (Array.isArray(v)) return []
   if (v === null) return null
+  if (isJsonNumber(v)) return 0
   switch (typeof v) {
     case 'string': return ''
     case 'number': return 0
@@ -55,7 +60,7 @@ export async function filterDataUsage (call: Call, df: any): Promise<unknown> {
   const using = new Map<string, number>()
   for (const c of containers) using.set(String(c?.ImageID), (using.get(String(c?.ImageID)) ?? 0) + 1)
   const images = list(df?.Images).filter((i) => [null, call.tenant].includes(ownerOf(i?.Labels)))
-    .map((i) => typeof i?.Containers === 'number' && i.Containers >= 0 ? { ...i, Containers: using.get(String(i.Id)) ?? 0 } : i)
+    .map((i) => (typeof i?.Containers === 'number' || isJsonNumber(i?.Containers)) && Number(i.Containers) >= 0 ? { ...i, Containers: using.get(String(i.Id)) ?? 0 } : i)
   return {
     ...df,
     // The sizes of the images the tenant sees (layers shared between them count once per image).

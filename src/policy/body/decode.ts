@@ -106,6 +106,22 @@ export function decodeBody (operationId: string, raw: Buffer): DecodedBody {
 }
 
 /**
+ * Decode a JSON document the engine sent (an answer the gateway narrows for a tenant):
+ * every object read as a map (keys verbatim, null prototype), every number a JsonNumber
+ * holding the engine's exact digits, surrounding whitespace allowed. Throws BODY_INVALID
+ * on anything that is not one strict JSON value.
+ */
+export function decodeJson (raw: Buffer): unknown {
+  if (!isUtf8(raw)) throw invalid('document is not valid UTF-8')
+  const p = new Parser(raw.toString('utf8'))
+  p.ws()
+  const value = p.value(ANY_NODE, 0)
+  p.ws()
+  if (p.pos < p.s.length) p.fail('unexpected data after the JSON value')
+  return value
+}
+
+/**
  * Serialize a canonical (possibly rewritten) value: compact JSON, no trailing newline.
  * Accepts null, booleans, strings (no lone surrogates), JsonNumber (exact text), finite
  * numbers, bigints (exact integers), arrays, and plain or null-prototype objects; an
