@@ -143,3 +143,10 @@ t.test('build: any remote context is refused for tenants', async (t) => {
     t.match(r.json?.message, /rule build-remote/)
   }
 })
+
+t.test('start from a checkpoint (a host directory) is refused for tenants', async (t) => {
+  const r = await asA('POST', `/v1.41/containers/${box}/start?checkpoint=c1&checkpoint-dir=${encodeURIComponent('/var/lib')}`)
+  t.equal(r.status, 403)
+  t.match(r.json?.message, /rule no-checkpoints/)
+  t.equal((await direct('GET', `/containers/${box}/json`)).json.State.Status, 'created', 'not started')
+})

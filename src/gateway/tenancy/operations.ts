@@ -272,6 +272,14 @@ const containerDelete: Handler = async (call) => {
   call.setQuery('link', '1')
 }
 
+/** A start from a checkpoint (experimental engines) reads `checkpoint-dir`, a host directory: not for tenants. */
+const containerStart: Handler = async (call) => {
+  if ((call.query.get('checkpoint') ?? '') !== '' || (call.query.get('checkpoint-dir') ?? '') !== '') {
+    throw refuse('no-checkpoints', 'starting from a checkpoint reads a host directory: not available to tenants')
+  }
+  await owned('container')(call)
+}
+
 const containerRename: Handler = async (call) => {
   call.setParam('id', await own(call, 'container', call.params.id))
   await nameFree(call, 'container', call.query.get('name') ?? '')
@@ -602,7 +610,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ContainerExport: owned('container'),
   ContainerStats: owned('container'),
   ContainerResize: owned('container'),
-  ContainerStart: owned('container'),
+  ContainerStart: containerStart,
   ContainerStop: owned('container'),
   ContainerRestart: owned('container'),
   ContainerKill: owned('container'),
