@@ -231,6 +231,10 @@ const containerUpdate: Handler = async (call) => {
   const id = await own(call, 'container', call.params.id)
   call.setParam('id', id)
   const b = call.body ?? {}
+  // In an update, PidsLimit is a pointer: absent leaves the limit, 0 (like -1) removes it.
+  if (b.PidsLimit !== undefined && b.PidsLimit !== null && !(Number(b.PidsLimit) > 0)) {
+    throw refuse('pids-limit-update', `PidsLimit ${String(b.PidsLimit)} in an update removes the container's process limit: not available to tenants`)
+  }
   const changesMemory = num(b.Memory) > 0
   const changesCpu = cpuOf(b) > 0
   if (!changesMemory && !changesCpu) return
@@ -469,11 +473,54 @@ const networkConnect: Handler = async (call) => {
   for (const l of list(bodyAt(call, 'EndpointConfig', 'Links'))) await own(call, 'container', str(l).split(':')[0], 'body')
 }
 
+/**
+ * Driver options a tenant may set on a network: none names a host interface, a bridge, a
+ * host address or a parent device (com.docker.network.bridge.name re-addresses any bridge,
+ * docker0 included; host_binding_ipv4, parent, macvlan/ipvlan modes reach the host's own
+ * networks).
+ */
+const TENANT_NETWORK_OPTIONS = new Set([
+  'com.docker.network.bridge.enable_icc',
+  'com.docker.network.driver.mtu',
+  'com.docker.network.container_iface_prefix',
+])
+
 const networkCreate: Handler = async (call) => {
   const name = str(bodyAt(call, 'Name'))
   if (PREDEFINED_NETWORKS.has(name)) throw refuse('tenant-names', `${name} is a predefined network`)
+  const options = Object.keys(bodyAt(call, 'Options') ?? {}).filter((k) => !TENANT_NETWORK_OPTIONS.has(k))
+  if (options.length > 0) throw refuse('network-options', `network driver options ${options.join(', ')} are not available to tenants (allowed: ${[...TENANT_NETWORK_OPTIONS].join(', ')})`)
+  // Explicit address pools add routes on the host, which can cover the host's own
+  // networks and services: the engine's default pools only.
+  const ipam = bodyAt(call, 'IPAM')
+  if (!['', 'default'].includes(str(ipam?.Driver)) || Object.keys(ipam?.Options ?? {}).length > 0 || list(ipam?.Config).length > 0) {
+    throw refuse('network-ipam', 'IPAM drivers, options and explicit subnets, ranges and gateways are not available to tenants: the engine picks the addresses')
+  }
+  if (bodyAt(call, 'Ingress') === true) throw refuse('network-options', 'the swarm ingress network is the administrator\'s')
+  // A configuration-only network lends its options and addresses to another: the tenant's
+  // own, named by its exact name (the engine looks ConfigFrom up by name).
+  const from = str(bodyAt(call, 'ConfigFrom', 'Network'))
+  if (from !== '') {
+    const found = await call.r.network(from, call.tenant)
+    if (found.state !== 'own' || found.name !== from) throw missing('network', from, call.op.id, 'body')
+  }
   await nameFree(call, 'network', name)
   stamp(call, ['Labels'])
+}
+
+/**
+ * ContainerTop's `ps_args` are handed to `ps` on the host, whose output the engine then
+ * filters by a column it finds by name: a chosen output format can relabel columns. Only
+ * the common listing forms, which keep the PID column as ps prints it.
+ */
+const SAFE_PS_ARGS = new Set(['-ef', 'ef', '-e -f', '-f', '-e', '-A', 'aux', '-aux', 'ax', 'auxww', '-efww'])
+
+const containerTop: Handler = async (call) => {
+  const args = call.query.get('ps_args')
+  if (call.query.getAll('ps_args').length > 1 || (args !== null && args !== '' && !SAFE_PS_ARGS.has(args))) {
+    throw refuse('top-ps-args', `ps_args ${JSON.stringify(args)} is not available to tenants (allowed: ${[...SAFE_PS_ARGS].join(', ')})`)
+  }
+  await owned('container')(call)
 }
 
 const networkList: Handler = async (call) => {
@@ -604,7 +651,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ContainerList: labelFiltered(keepOwn((c) => c?.Labels)),
   ContainerCreate: containerCreate,
   ContainerInspect: owned('container'),
-  ContainerTop: owned('container'),
+  ContainerTop: containerTop,
   ContainerLogs: owned('container'),
   ContainerChanges: owned('container'),
   ContainerExport: owned('container'),
