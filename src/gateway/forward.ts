@@ -14,6 +14,7 @@ import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
 import type { Upstream } from './upstream'
 import type { ResponseFilter } from './tenancy'
+import { decodeBody, encodeBody } from '../policy/body/decode'
 
 /** Request headers the gateway consumes and never passes on. */
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
@@ -165,6 +166,22 @@ async function respondWhole (ctx: RequestContext, answer: Answer, length: number
 
 const EMPTY = Buffer.alloc(0)
 
+const NEWLINE = Buffer.from('\n')
+
+/** Outside strings: a run of 16 or more digits, or an exponent; a double may not hold such a number exactly. */
+const LOSSY = /"(?:[^"\\]|\\.)*"|\d{16,}|[eE][+-]?\d/g
+
+/**
+ * JSON with every number exactly as the engine wrote it: JSON.parse when no number
+ * could lose digits as a double (the usual case), else the body decoder, whose numbers
+ * keep their text (encodeBody writes them back unchanged).
+ */
+function parseExact (raw: Buffer): unknown {
+  const text = raw.toString('utf8')
+  for (const m of text.matchAll(LOSSY)) if (m[0][0] !== '"') return decodeBody('', raw).value
+  return JSON.parse(text)
+}
+
 /** Largest JSON answer the gateway reads whole to narrow it to a tenant (lists, info). */
 const FILTERED_ANSWER_MAX = 256 * 1024 * 1024
 
@@ -188,14 +205,16 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
     const raw = Buffer.concat(chunks)
     let doc: unknown
     try {
-      doc = JSON.parse(raw.toString('utf8'))
+      doc = filter.exact ? parseExact(raw) : JSON.parse(raw.toString('utf8'))
     } catch (err) {
       throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is not JSON; not passed to a tenant unfiltered`, { cause: err })
     }
     const narrowed = await filter.transform(doc)
-    // A list the check kept whole (the engine already applied the owner filter) goes
-    // out as the engine's own bytes: every element was read and kept unchanged.
-    const out = keptWhole(doc, narrowed) ? raw : Buffer.from(JSON.stringify(narrowed) + '\n')
+    // A list the check kept whole (the engine already applied the owner filter), or an
+    // answer the transform returned as it was, goes out as the engine's own bytes.
+    const out = narrowed === doc || keptWhole(doc, narrowed)
+      ? raw
+      : Buffer.concat([filter.exact ? encodeBody(narrowed) : Buffer.from(JSON.stringify(narrowed)), NEWLINE])
     ctx.bytesOut = out.length
     ctx.seal?.()
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })

@@ -14,8 +14,11 @@ import { familiar, parseImageRef } from './images'
 
 /** How the engine's answer is filtered for a tenant. */
 export type ResponseFilter =
-  /** A JSON answer (2xx only), read whole, transformed and re-serialized. */
-  | { readonly kind: 'json', transform (body: any): Promise<unknown> | unknown }
+  /**
+   * A JSON answer (2xx only), read whole, transformed and re-serialized. `exact`: numbers
+   * keep their exact text (a container's int64 limits would otherwise be rounded to doubles).
+   */
+  | { readonly kind: 'json', readonly exact?: boolean, transform (body: any): Promise<unknown> | unknown }
   /** A stream of JSON lines (events): each kept or dropped, in order. */
   | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
 

@@ -14,6 +14,7 @@ import { GatewayError } from '../errors'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
+import { hideOwner, ownerTermsAsSeen } from './labels'
 import { ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
@@ -61,26 +62,59 @@ function denied (rule: string, why: string): Handler {
 /** Operations that touch no tenant's objects. */
 const open: Handler = async () => {}
 
-/** Lists and prunes: the engine applies the owner-label filter (ANDed with the client's). */
+/**
+ * Lists and prunes: the engine applies the owner-label filter (ANDed with the client's,
+ * whose own owner-label terms are read as the tenant sees its objects: labels.ts).
+ */
 function labelFiltered (then?: (call: Call) => void): Handler {
   return async (call) => {
-    call.setQuery('filters', serializeFilters(withLabel(parseFilters(call.query), `${TENANT_LABEL}=${call.tenant}`)))
+    call.setQuery('filters', serializeFilters(withLabel(ownerTermsAsSeen(parseFilters(call.query), call.tenant), `${TENANT_LABEL}=${call.tenant}`)))
     then?.(call)
   }
 }
 
-/** And the answer is checked again, whatever the engine did with the filter. */
-function keepOwn (labels: (o: any) => unknown, wrap?: 'Volumes'): (call: Call) => void {
+/** Lists the engine does not owner-filter: only the client's owner-label terms are read as the tenant sees its objects. */
+function ownerTermsOnly (call: Call): void {
+  const filters = parseFilters(call.query)
+  const seen = serializeFilters(ownerTermsAsSeen(filters, call.tenant))
+  if (seen !== serializeFilters(filters)) call.setQuery('filters', seen)
+}
+
+/** Where an object's labels are in a list or inspect answer, and what the engine shows for none. */
+interface LabelsAt { readonly path: readonly string[], readonly empty: Record<string, never> | null }
+const CONTAINER_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
+const NETWORK_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
+const VOLUME_LABELS: LabelsAt = { path: ['Labels'], empty: null }
+const IMAGE_LABELS: LabelsAt = { path: ['Labels'], empty: null }
+
+function hideAll<T> (doc: T, places: readonly LabelsAt[]): T {
+  return places.reduce((d, at) => hideOwner(d, at.path, at.empty), doc)
+}
+
+/**
+ * And the answer is checked again, whatever the engine did with the filter; `hide`:
+ * the owner labels are taken out of what the tenant sees (labels.ts).
+ */
+function keepOwn (labels: (o: any) => unknown, opts: { wrap?: 'Volumes', hide?: LabelsAt } = {}): (call: Call) => void {
   return (call) => {
     call.respond = {
       kind: 'json',
       transform: (body) => {
         const keep = (o: any): boolean => ownerOf(labels(o) as Record<string, string>) === call.tenant
-        if (wrap) return { ...body, [wrap]: list(body?.[wrap]).filter(keep) }
-        return list(body).filter(keep)
+        const view = (items: any[]): any[] => {
+          const own = items.filter(keep)
+          return opts.hide ? own.map((o) => hideAll(o, [opts.hide!])) : own
+        }
+        if (opts.wrap) return { ...body, [opts.wrap]: view(list(body?.[opts.wrap])) }
+        return view(list(body))
       },
     }
   }
+}
+
+/** An object's own answer (inspect, create) without the owner labels at those places. */
+function hidden (call: Call, places: readonly LabelsAt[], exact = false): void {
+  call.respond = { kind: 'json', ...(exact ? { exact } : {}), transform: (b) => hideAll(b, places) }
 }
 
 /** Stamp the owner labels at `pointer` (a labels map) in the body: the caller cannot set or override them. */
@@ -302,7 +336,20 @@ const imageCommit: Handler = async (call) => {
 }
 
 const imageList: Handler = async (call) => {
-  call.respond = { kind: 'json', transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))) }
+  // No owner filter for the engine: the shared catalog is listed too.
+  ownerTermsOnly(call)
+  call.respond = {
+    kind: 'json',
+    transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))).map((i) => hideAll(i, [IMAGE_LABELS])),
+  }
+}
+
+/** A committed image's ContainerConfig is its container's (with the container's owner labels). */
+const IMAGE_INSPECT_LABELS: readonly LabelsAt[] = [{ path: ['Config', 'Labels'], empty: null }, { path: ['ContainerConfig', 'Labels'], empty: null }]
+
+const imageInspect: Handler = async (call) => {
+  await visibleImage(call, call.params.name)
+  hidden(call, IMAGE_INSPECT_LABELS)
 }
 
 const imageGetAll: Handler = async (call) => {
@@ -319,6 +366,8 @@ const networkInspect: Handler = async (call) => {
     // A predefined network lists everyone's containers: only the tenant's own are shown.
     const mine = new Set((await call.r.ownList('container', call.tenant)).map((c) => String(c.Id)))
     call.respond = { kind: 'json', transform: (b) => ({ ...b, Containers: Object.fromEntries(Object.entries(b?.Containers ?? {}).filter(([id]) => mine.has(id))) }) }
+  } else {
+    hidden(call, [NETWORK_LABELS])
   }
 }
 
@@ -341,10 +390,19 @@ const networkCreate: Handler = async (call) => {
 }
 
 const networkList: Handler = async (call) => {
-  call.respond = { kind: 'json', transform: (body) => list(body).filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && PREDEFINED_NETWORKS.has(n?.Name) && n?.Scope === 'local')) }
+  // No owner filter for the engine (the predefined networks carry no owner label).
+  ownerTermsOnly(call)
+  call.respond = {
+    kind: 'json',
+    transform: (body) => list(body)
+      .filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && PREDEFINED_NETWORKS.has(n?.Name) && n?.Scope === 'local'))
+      .map((n) => hideAll(n, [NETWORK_LABELS])),
+  }
 }
 
 const volumeCreate: Handler = async (call) => {
+  // The engine answers with the volume: without the owner labels.
+  hidden(call, [VOLUME_LABELS])
   const name = str(bodyAt(call, 'Name'))
   if (name) {
     const res = await call.r.volume(name, call.tenant)
@@ -354,6 +412,17 @@ const volumeCreate: Handler = async (call) => {
   }
   await checkVolumeQuota(call, 1)
   stamp(call, ['Labels'])
+}
+
+const volumeInspect: Handler = async (call) => {
+  await own(call, 'volume', call.params.name)
+  hidden(call, [VOLUME_LABELS])
+}
+
+const containerInspect: Handler = async (call) => {
+  call.setParam('id', await own(call, 'container', call.params.id))
+  // A container's limits are int64s: kept exact.
+  hidden(call, [{ path: ['Config', 'Labels'], empty: {} }], true)
 }
 
 // ---------------------------------------------------------------------------------
@@ -450,7 +519,20 @@ const systemAuth: Handler = async (call) => {
 }
 
 const systemInfo: Handler = async (call) => { call.respond = { kind: 'json', transform: (b) => filterInfo(call, b) } }
-const systemDf: Handler = async (call) => { call.respond = { kind: 'json', transform: (b) => filterDataUsage(call, b) } }
+const systemDf: Handler = async (call) => {
+  call.respond = {
+    kind: 'json',
+    transform: async (b) => {
+      const df: any = await filterDataUsage(call, b)
+      return {
+        ...df,
+        Containers: list(df.Containers).map((c) => hideAll(c, [CONTAINER_LABELS])),
+        Images: list(df.Images).map((i) => hideAll(i, [IMAGE_LABELS])),
+        Volumes: list(df.Volumes).map((v) => hideAll(v, [VOLUME_LABELS])),
+      }
+    },
+  }
+}
 const systemEvents: Handler = async (call) => { call.respond = { kind: 'lines', keep: filterEvents(call) } }
 
 const distributionInspect: Handler = async (call) => {
@@ -465,9 +547,9 @@ const NOT_TENANT = 'engine-wide'
 
 export const handlers: Readonly<Record<string, Handler>> = {
   // Containers
-  ContainerList: labelFiltered(keepOwn((c) => c?.Labels)),
+  ContainerList: labelFiltered(keepOwn((c) => c?.Labels, { hide: CONTAINER_LABELS })),
   ContainerCreate: containerCreate,
-  ContainerInspect: owned('container'),
+  ContainerInspect: containerInspect,
   ContainerTop: owned('container'),
   ContainerLogs: owned('container'),
   ContainerChanges: owned('container'),
@@ -500,7 +582,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageBuild: imageBuild,
   BuildPrune: denied('no-build-prune', 'the build cache is shared and carries no owner'),
   ImageCreate: imagePull,
-  ImageInspect: async (call) => { await visibleImage(call, call.params.name) },
+  ImageInspect: imageInspect,
   ImageAttestations: async (call) => { await visibleImage(call, call.params.name) },
   ImageHistory: async (call) => { await visibleImage(call, call.params.name) },
   ImagePush: imagePush,
@@ -521,9 +603,9 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SystemEvents: systemEvents,
   SystemDataUsage: systemDf,
   // Volumes
-  VolumeList: labelFiltered(keepOwn((v) => v?.Labels, 'Volumes')),
+  VolumeList: labelFiltered(keepOwn((v) => v?.Labels, { wrap: 'Volumes', hide: VOLUME_LABELS })),
   VolumeCreate: volumeCreate,
-  VolumeInspect: owned('volume', 'name'),
+  VolumeInspect: volumeInspect,
   VolumeUpdate: owned('volume', 'name'),
   VolumeDelete: owned('volume', 'name'),
   VolumePrune: labelFiltered(),

@@ -1,0 +1,213 @@
+/**
+ * What common tools run, end to end, as a tenant through the gateway on the plain engine:
+ *
+ *   - docker-compose 1.29 brings a two-service project (a network and a named volume,
+ *     both with labels of the project's own) up twice: no "label ... has changed"
+ *     warning, because the tenant's views show its objects with the labels its client
+ *     gave them (the owner labels stay on the engine); label filters naming an owner
+ *     label read the same way (nothing carries one) and never reach another tenant.
+
+ *
+ * Tenants have names of their own per run (team-w-<hex>, team-x-<hex>); every object is
+ * named after P or carries their owner labels, and is removed on the engine afterwards.
+ */
+import { randomBytes } from 'node:crypto'
+import fs from 'node:fs'
+import http from 'node:http'
+import os from 'node:os'
+import path from 'node:path'
+import jwt from 'jsonwebtoken'
+import t from 'tap'
+import { CLI28, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+
+const COMPOSE = '/usr/bin/docker-compose'
+const TENANT_LABEL = 'io.portcullis.tenant'
+const SUBJECT_LABEL = 'io.portcullis.subject'
+const IMAGE = engine().image
+
+const SECRET = randomBytes(32).toString('hex')
+const RUN = randomBytes(3).toString('hex')
+const TA = `team-w-${RUN}`
+const TB = `team-x-${RUN}`
+const P = uniqueName('pcw')
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcw-'))
+t.teardown(() => fs.rmSync(tmp, { recursive: true, force: true }))
+
+type Who = 'a' | 'b' | 'admin'
+const CLAIMS: Record<Who, object> = {
+  a: { sub: 'walt', tenant: TA, roles: ['tenant'] },
+  b: { sub: 'xena', tenant: TB, roles: ['tenant'] },
+  admin: { sub: 'root-op', roles: ['admin'] },
+}
+const TOKEN: Record<Who, string> = Object.fromEntries(Object.entries(CLAIMS).map(([who, claims]) =>
+  [who, jwt.sign({ ...claims, exp: Math.floor(Date.now() / 1000) + 3 * 3600 }, SECRET, { algorithm: 'HS256' })])) as Record<Who, string>
+const CONFIG: Record<Who, string> = Object.fromEntries(Object.entries(TOKEN).map(([who, token]) => {
+  const dir = path.join(tmp, `cfg-${who}`)
+  fs.mkdirSync(dir)
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ HttpHeaders: { Authorization: `Bearer ${token}` } }))
+  return [who, dir]
+})) as Record<Who, string>
+
+/** One API request through the gateway as `who`: status and body text. */
+async function api (who: Who, method: string, target: string, body?: unknown): Promise<{ status: number, text: string }> {
+  return await new Promise((resolve, reject) => {
+    const req = http.request({ socketPath: gw.socket, method, path: target, headers: { authorization: `Bearer ${TOKEN[who]}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) } }, (res) => {
+      let text = ''
+      res.on('data', (c: Buffer) => { text += c.toString() })
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }))
+    })
+    req.on('error', reject)
+    req.end(body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body))
+  })
+}
+
+let gw: TestGateway
+const as = async (who: Who, args: readonly string[], opts: { stdin?: Buffer, cli?: string } = {}): Promise<RunResult> =>
+  await run(opts.cli ?? CLI28, args, { host: gw.dockerHost, env: { DOCKER_CONFIG: CONFIG[who] }, timeoutMs: 180_000, ...(opts.stdin ? { stdin: opts.stdin } : {}) })
+const direct = async (args: readonly string[], opts: { stdin?: Buffer, cli?: string, env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> =>
+  await run(opts.cli ?? CLI28, args, { host: engine().dockerHost, timeoutMs: 180_000, ...(opts.stdin ? { stdin: opts.stdin } : {}), ...(opts.env ? { env: opts.env } : {}) })
+const lines = (r: RunResult): string[] => r.stdout.toString().split('\n').filter((l) => l !== '')
+const out = (r: RunResult): Record<string, unknown> => r.code === 0 ? {} : { stderr: r.stderr.trim() }
+const inspectDirect = async (kind: string, ref: string): Promise<any> => {
+  const r = await direct([kind, 'inspect', ref])
+  return r.code === 0 ? JSON.parse(r.stdout.toString())[0] : null
+}
+const inspectAs = async (who: Who, kind: string, ref: string): Promise<any> => {
+  const r = await as(who, [kind, 'inspect', ref])
+  return r.code === 0 ? JSON.parse(r.stdout.toString())[0] : null
+}
+const owner = (labels: Record<string, string> | null | undefined): string | undefined => labels?.[TENANT_LABEL]
+const hasOwnerLabel = (labels: Record<string, string> | null | undefined): boolean =>
+  labels !== null && labels !== undefined && Object.keys(labels).some((k) => k.startsWith('io.portcullis.'))
+
+t.before(async () => {
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+})
+
+t.teardown(async () => {
+  await compose('a', 'down', '-v', '-t', '1').catch(() => undefined)
+  for (const tenant of [TA, TB]) {
+    const label = `label=${TENANT_LABEL}=${tenant}`
+    const cs = lines(await direct(['ps', '-aq', '--filter', label]))
+    if (cs.length) await direct(['rm', '-f', '-v', ...cs])
+    const vs = lines(await direct(['volume', 'ls', '-q', '--filter', label]))
+    if (vs.length) await direct(['volume', 'rm', '-f', ...vs])
+    const ns = lines(await direct(['network', 'ls', '-q', '--filter', label]))
+    if (ns.length) await direct(['network', 'rm', ...ns])
+    const is = lines(await direct(['images', '-aq', '--filter', label]))
+    if (is.length) await direct(['rmi', '-f', ...new Set(is)])
+  }
+  const admins = lines(await direct(['ps', '-aq', '--filter', `name=${P}`]))
+  if (admins.length) await direct(['rm', '-f', ...admins])
+  const nets = lines(await direct(['network', 'ls', '-q', '--filter', `name=${P}`]))
+  if (nets.length) await direct(['network', 'rm', ...nets])
+  await gw?.close()
+})
+
+// ---------------------------------------------------------------------------------------
+// docker-compose 1.29
+
+const PROJECT = `${P}-c`
+const COMPOSE_FILE = `version: "2.4"
+services:
+  web:
+    image: ${IMAGE}
+    command: sleep 600
+    stop_grace_period: 1s
+    labels: { role: front }
+    volumes: [data:/data]
+    networks: [backend]
+  worker:
+    image: ${IMAGE}
+    command: sleep 600
+    stop_grace_period: 1s
+    volumes: [data:/srv]
+    networks: [backend]
+volumes:
+  data:
+    labels: { keep: "yes" }
+networks:
+  backend:
+    labels: { tier: back }
+`
+const composeDir = path.join(tmp, 'compose')
+fs.mkdirSync(composeDir)
+fs.writeFileSync(path.join(composeDir, 'docker-compose.yml'), COMPOSE_FILE)
+async function compose (who: Who, ...args: string[]): Promise<RunResult> {
+  return await run(COMPOSE, ['--ansi', 'never', '-p', PROJECT, ...args], { host: gw.dockerHost, cwd: composeDir, env: { DOCKER_CONFIG: CONFIG[who] }, timeoutMs: 300_000 })
+}
+
+t.test('docker-compose 1.29 up -d twice as a tenant: no "has changed" warnings', async (t) => {
+  const network = `${PROJECT}_backend`
+  const volume = `${PROJECT}_data`
+  const first = await compose('a', 'up', '-d')
+  t.equal(first.code, 0, 'the first up', out(first))
+  t.notMatch(first.stderr, /has changed/, 'the first up warns of nothing')
+  const second = await compose('a', 'up', '-d')
+  t.equal(second.code, 0, 'the second up', out(second))
+  t.notMatch(second.stderr, /has changed|may need to be recreated/, `the second up warns of nothing: ${second.stderr.trim()}`)
+  t.match(second.stderr, /is up-to-date/, 'and leaves the containers as they are')
+
+  // The engine keeps the owner labels...
+  const engineNet = await inspectDirect('network', network)
+  const engineVol = await inspectDirect('volume', volume)
+  t.same([owner(engineNet?.Labels), owner(engineVol?.Labels)], [TA, TA], 'the engine\'s network and volume carry the owner label')
+  const web = lines(await direct(['ps', '-aq', '--no-trunc', '--filter', `label=com.docker.compose.project=${PROJECT}`, '--filter', 'label=com.docker.compose.service=web']))
+  t.equal(web.length, 1, 'one web container')
+  t.equal(owner((await inspectDirect('container', web[0]))?.Config?.Labels), TA, 'and so does the container')
+
+  // ...and the tenant sees its objects with the labels compose gave them.
+  const net = await inspectAs('a', 'network', network)
+  const vol = await inspectAs('a', 'volume', volume)
+  t.same(net?.Labels, { 'com.docker.compose.network': 'backend', 'com.docker.compose.project': PROJECT, 'com.docker.compose.version': '1.29.2', tier: 'back' }, 'network inspect: compose\'s labels only')
+  t.same(vol?.Labels, { 'com.docker.compose.project': PROJECT, 'com.docker.compose.version': '1.29.2', 'com.docker.compose.volume': 'data', keep: 'yes' }, 'volume inspect: compose\'s labels only')
+  const container = await inspectAs('a', 'container', web[0])
+  t.notOk(hasOwnerLabel(container?.Config?.Labels), 'container inspect: no owner label')
+  t.equal(container?.Config?.Labels?.role, 'front', 'container inspect: the service\'s own label')
+  const listed = {
+    containers: JSON.parse((await as('a', ['ps', '-a', '--no-trunc', '--filter', `label=com.docker.compose.project=${PROJECT}`, '--format', '{{json .Labels}}'])).stdout.toString().split('\n')[0] || '""'),
+    networks: lines(await as('a', ['network', 'ls', '--filter', `name=${network}`, '--format', '{{.Labels}}'])),
+    volumes: lines(await as('a', ['volume', 'ls', '--filter', `name=${volume}`, '--format', '{{.Labels}}'])),
+  }
+  t.notMatch(JSON.stringify(listed), /io\.portcullis\./, `ps, network ls and volume ls show no owner label: ${JSON.stringify(listed)}`)
+  t.match(JSON.stringify(listed), /com\.docker\.compose\.project/, 'but compose\'s labels')
+  const df = await as('a', ['system', 'df', '-v', '--format', '{{json .}}'])
+  t.equal(df.code, 0, 'system df -v', out(df))
+  t.notMatch(df.stdout.toString(), /io\.portcullis\./, 'system df -v shows no owner label')
+  // An admin still sees them.
+  t.equal(owner((await inspectAs('admin', 'network', network))?.Labels), TA, 'the admin sees the owner label')
+
+  // Label filters read as the tenant sees its objects: nothing carries an owner label.
+  const filters: Array<[Who, string[], string[]]> = [
+    ['a', ['ps', '-aq', '--filter', `label=com.docker.compose.project=${PROJECT}`], ['two containers']],
+    ['a', ['ps', '-aq', '--filter', `label=${TENANT_LABEL}=${TA}`], []],
+    ['a', ['ps', '-aq', '--filter', `label=${TENANT_LABEL}`], []],
+    ['a', ['network', 'ls', '-q', '--filter', `label=${TENANT_LABEL}=${TA}`], []],
+    ['a', ['volume', 'ls', '-q', '--filter', `label=${SUBJECT_LABEL}`], []],
+    ['b', ['ps', '-aq', '--filter', `label=${TENANT_LABEL}=${TA}`], []],
+    ['b', ['ps', '-aq', '--filter', `label=com.docker.compose.project=${PROJECT}`], []],
+    ['b', ['network', 'ls', '-q', '--filter', `label=com.docker.compose.project=${PROJECT}`], []],
+    ['b', ['volume', 'ls', '-q', '--filter', `label=${TENANT_LABEL}=${TA}`], []],
+  ]
+  for (const [who, args, want] of filters) {
+    const r = await as(who, args)
+    t.equal(r.code, 0, `${who}: docker ${args.join(' ')}`, out(r))
+    if (want.length) t.equal(lines(r).length, 2, `${who}: docker ${args.join(' ')} lists ${want[0]}`)
+    else t.same(lines(r), [], `${who}: docker ${args.join(' ')} lists nothing`)
+  }
+
+  // An inspect is re-encoded without the owner labels: the engine's numbers keep every digit.
+  const exact = `${P}-a-exact`
+  const created = await api('a', 'POST', `/v1.41/containers/create?name=${exact}`, `{"Image":${JSON.stringify(IMAGE)},"Cmd":["true"],"Labels":{"mine":"yes"},"HostConfig":{"Memory":67108864,"MemorySwap":9007199254740993}}`)
+  t.equal(created.status, 201, 'a container with a memory+swap limit of 2^53+1 bytes', { text: created.text })
+  const raw = await api('a', 'GET', `/v1.41/containers/${exact}/json`)
+  t.match(raw.text, '"MemorySwap":9007199254740993', 'container inspect shows 9007199254740993 as the engine wrote it')
+  t.match(raw.text, '"Labels":{"mine":"yes"}', 'and the tenant\'s own label only')
+  await direct(['rm', '-f', exact])
+
+  const down = await compose('a', 'down', '-v', '-t', '1')
+  t.equal(down.code, 0, 'down -v', out(down))
+  t.notOk(await inspectDirect('network', network), 'the network is gone')
+  t.notOk(await inspectDirect('volume', volume), 'the volume is gone')
+})
