@@ -486,7 +486,7 @@ const NO_REFERENCE: Record<string, string> = {
   SystemPingHead: 'no reference',
   SystemDataUsage: 'no reference (answer narrowed to the tenant, not tested here)',
   ImageSearch: 'searches a registry, no engine object',
-  BuildPrune: 'the build cache: denied to tenants',
+  BuildPrune: 'the build cache (no owner): answered by the gateway for tenants, nothing deleted',
   PluginList: 'no reference (a tenant sees no plugin)',
   GetPluginPrivileges: 'names a registry plugin, no engine object (denied to tenants)',
   PluginPull: 'names a registry plugin (denied to tenants)',

@@ -5,8 +5,10 @@
  *     both with labels of the project's own) up twice: no "label ... has changed"
  *     warning, because the tenant's views show its objects with the labels its client
  *     gave them (the owner labels stay on the engine); label filters naming an owner
- *     label read the same way (nothing carries one) and never reach another tenant.
-
+ *     label read the same way (nothing carries one) and never reach another tenant;
+ *   - `docker system prune -f` exits 0 and removes the tenant's stopped containers,
+ *     unused networks and dangling images only: another tenant's and the admin's stay,
+ *     and the build cache (which has no owner) is left alone.
  *
  * Tenants have names of their own per run (team-w-<hex>, team-x-<hex>); every object is
  * named after P or carries their owner labels, and is removed on the engine afterwards.
@@ -18,7 +20,7 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { CLI28, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const COMPOSE = '/usr/bin/docker-compose'
 const TENANT_LABEL = 'io.portcullis.tenant'
@@ -210,4 +212,78 @@ t.test('docker-compose 1.29 up -d twice as a tenant: no "has changed" warnings',
   t.equal(down.code, 0, 'down -v', out(down))
   t.notOk(await inspectDirect('network', network), 'the network is gone')
   t.notOk(await inspectDirect('volume', volume), 'the volume is gone')
+})
+
+// ---------------------------------------------------------------------------------------
+// docker system prune
+
+t.test('docker system prune -f as a tenant: its own objects only, exit 0', async (t) => {
+  // Stopped containers, unused networks and a dangling image (committed twice to one tag)
+  // for each tenant through the gateway, and the admin's directly on the engine.
+  const made: Record<'a' | 'b', { container: string, network: string, dangling: string }> = {} as any
+  for (const who of ['a', 'b'] as const) {
+    const tenant = who === 'a' ? TA : TB
+    const container = `${P}-${who}-stopped`
+    const network = `${P}-${who}-net`
+    let r = await as(who, ['create', '--name', container, IMAGE, 'true'])
+    t.equal(r.code, 0, `${who}: a stopped container`, out(r))
+    r = await as(who, ['network', 'create', network])
+    t.equal(r.code, 0, `${who}: an unused network`, out(r))
+    r = await as(who, ['commit', container, `${tenant}/dangling:1`])
+    t.equal(r.code, 0, `${who}: commit`, out(r))
+    const dangling = r.stdout.toString().trim()
+    r = await as(who, ['commit', '--change', 'ENV X=1', container, `${tenant}/dangling:1`])
+    t.equal(r.code, 0, `${who}: commit again onto the same tag: the first image is dangling`, out(r))
+    made[who] = { container, network, dangling }
+  }
+  const adminContainer = `${P}-admin-stopped`
+  const adminNetwork = `${P}-admin-net`
+  t.equal((await direct(['create', '--name', adminContainer, IMAGE, 'true'])).code, 0, 'the admin\'s stopped container')
+  t.equal((await direct(['network', 'create', adminNetwork])).code, 0, 'the admin\'s unused network')
+  // A build cache entry of the admin's (BuildKit, on the engine directly).
+  const ctx = fs.mkdtempSync(path.join(tmp, 'ctx-'))
+  fs.writeFileSync(path.join(ctx, 'Dockerfile'), `FROM ${IMAGE}\nRUN echo ${P} > /cached\n`)
+  const build = await direct(['build', '-q', ctx], { cli: CLI20, env: { DOCKER_BUILDKIT: '1' } })
+  t.equal(build.code, 0, 'a BuildKit build on the engine directly', out(build))
+  const cache = async (): Promise<string[]> => (JSON.parse((await direct(['system', 'df', '-v', '--format', '{{json .BuildCache}}'])).stdout.toString() || '[]') as any[]).map((c) => String(c.ID)).sort()
+  const cacheBefore = await cache()
+  t.ok(cacheBefore.length > 0, `the engine has build cache entries (${cacheBefore.length})`)
+
+  const prune = await as('a', ['system', 'prune', '-f'])
+  t.equal(prune.code, 0, `docker system prune -f exits 0: ${prune.stdout.toString().trim()}`, out(prune))
+  t.notMatch(prune.stderr, /denied/, 'nothing is refused')
+  t.notOk(await inspectDirect('container', made.a.container), 'A\'s stopped container is gone')
+  t.notOk(await inspectDirect('network', made.a.network), 'A\'s unused network is gone')
+  t.notOk(await inspectDirect('image', made.a.dangling), 'A\'s dangling image is gone')
+  t.ok(await inspectDirect('image', `${TA}/dangling:1`), 'A\'s tagged image stays (not dangling)')
+  t.ok(await inspectDirect('container', made.b.container), 'B\'s stopped container stays')
+  t.ok(await inspectDirect('network', made.b.network), 'B\'s unused network stays')
+  t.ok(await inspectDirect('image', made.b.dangling), 'B\'s dangling image stays')
+  t.ok(await inspectDirect('container', adminContainer), 'the admin\'s stopped container stays')
+  t.ok(await inspectDirect('network', adminNetwork), 'the admin\'s unused network stays')
+  t.ok(await inspectDirect('image', IMAGE), 'the shared image stays')
+  t.same(await cache(), cacheBefore, 'the build cache is untouched')
+
+  const builder = await as('a', ['builder', 'prune', '-af'])
+  t.equal(builder.code, 0, 'docker builder prune -af exits 0', out(builder))
+  t.match(builder.stdout.toString(), /Total reclaimed space:\s+0B/, 'and reclaims nothing')
+  t.same(await cache(), cacheBefore, 'the build cache is still untouched')
+
+  // Owner-label terms in a prune's filters read as the tenant sees its objects.
+  const again = `${P}-a-stopped2`
+  t.equal((await as('a', ['create', '--name', again, IMAGE, 'true'])).code, 0, 'A: another stopped container')
+  let r = await as('a', ['container', 'prune', '-f', '--filter', `label=${TENANT_LABEL}=${TA}`])
+  t.equal(r.code, 0, 'A: container prune --filter label=<owner label>', out(r))
+  t.ok(await inspectDirect('container', again), 'matches nothing (no container of A\'s carries an owner label in its view)')
+  r = await as('b', ['container', 'prune', '-f', '--filter', `label!=${TENANT_LABEL}=${TB}`])
+  t.equal(r.code, 0, 'B: container prune --filter label!=<its owner label>', out(r))
+  t.ok(await inspectDirect('container', again), 'never reaches A\'s container')
+  t.notOk(await inspectDirect('container', made.b.container), 'but removes B\'s (the term excludes nothing)')
+  r = await as('a', ['container', 'prune', '-f', '--filter', `label!=${TENANT_LABEL}=${TA}`])
+  t.equal(r.code, 0, 'A: container prune --filter label!=<its owner label>', out(r))
+  t.notOk(await inspectDirect('container', again), 'removes A\'s container')
+  t.ok(await inspectDirect('container', adminContainer), 'and not the admin\'s')
+
+  await direct(['rm', '-f', adminContainer])
+  await direct(['network', 'rm', adminNetwork])
 })

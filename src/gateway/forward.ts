@@ -13,7 +13,7 @@ import { counter, declaredLength, type RequestContext } from './context'
 import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
 import type { Upstream } from './upstream'
-import type { ResponseFilter } from './tenancy'
+import type { LocalAnswer, ResponseFilter } from './tenancy'
 import { decodeBody, encodeBody } from '../policy/body/decode'
 
 /** Request headers the gateway consumes and never passes on. */
@@ -141,6 +141,16 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
     ctx.upstreamMs = performance.now() - sent
     res.off('close', onClientGone)
   }
+}
+
+/** The gateway's own answer in the engine's shape (JSON), recorded before it is sent. */
+export function answerLocally (ctx: RequestContext, answer: LocalAnswer, res: ServerResponse): void {
+  const body = Buffer.from(JSON.stringify(answer.body) + '\n')
+  ctx.status = answer.status
+  ctx.bytesOut = body.length
+  ctx.seal?.()
+  res.writeHead(answer.status, { 'content-type': 'application/json', 'content-length': String(body.length) })
+  res.end(body)
 }
 
 /** Whether a list came through its filter with every element, unchanged and in order. */

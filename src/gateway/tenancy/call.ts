@@ -22,6 +22,9 @@ export type ResponseFilter =
   /** A stream of JSON lines (events): each kept or dropped, in order. */
   | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
 
+/** An answer the gateway gives itself, in the engine's shape; nothing is forwarded. */
+export interface LocalAnswer { readonly status: number, readonly body: unknown }
+
 /** Readers of decoded bodies and engine answers, for the handlers. */
 export const str = (v: unknown): string => (typeof v === 'string' ? v : isJsonNumber(v) ? String(v) : '')
 export const list = (v: unknown): any[] => (Array.isArray(v) ? v : [])
@@ -38,6 +41,7 @@ export class Call {
   readonly patch: PatchOp[] = []
   readonly setHeaders: Record<string, string> = {}
   respond?: ResponseFilter
+  answer?: LocalAnswer
 
   constructor (
     readonly op: Operation,
