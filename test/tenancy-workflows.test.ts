@@ -8,7 +8,12 @@
  *     label read the same way (nothing carries one) and never reach another tenant;
  *   - `docker system prune -f` exits 0 and removes the tenant's stopped containers,
  *     unused networks and dangling images only: another tenant's and the admin's stay,
- *     and the build cache (which has no owner) is left alone.
+ *     and the build cache (which has no owner) is left alone;
+ *   - `docker load`: an archive tagged in the tenant's namespace loads, and what it
+ *     loads is the tenant's (owner labels in the config) and invisible to other
+ *     tenants; archives with a tag outside the namespace (another tenant's, the shared
+ *     catalog's, in manifest.json or in the legacy `repositories`) are refused and the
+ *     engine is unchanged.
  *
  * Tenants have names of their own per run (team-w-<hex>, team-x-<hex>); every object is
  * named after P or carries their owner labels, and is removed on the engine afterwards.
@@ -18,6 +23,7 @@ import fs from 'node:fs'
 import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
+import { gzipSync } from 'node:zlib'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
 import { CLI20, CLI28, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
@@ -287,3 +293,161 @@ t.test('docker system prune -f as a tenant: its own objects only, exit 0', async
   await direct(['rm', '-f', adminContainer])
   await direct(['network', 'rm', adminNetwork])
 })
+
+// ---------------------------------------------------------------------------------------
+// docker load
+
+interface TarEntry { name: string, type?: '0' | '2' | '5', linkname?: string, data?: Buffer }
+
+/** A ustar archive of these entries (names up to 100 bytes). */
+function tar (entries: readonly TarEntry[]): Buffer {
+  const blocks: Buffer[] = []
+  for (const e of entries) {
+    const data = e.data ?? Buffer.alloc(0)
+    const h = Buffer.alloc(512)
+    h.write(e.name, 0, 100)
+    h.write(e.type === '5' ? '0000755\0' : '0000644\0', 100)
+    h.write('0000000\0', 108)
+    h.write('0000000\0', 116)
+    h.write(data.length.toString(8).padStart(11, '0') + '\0', 124)
+    h.write(Math.floor(Date.now() / 1000).toString(8).padStart(11, '0') + '\0', 136)
+    h.write('        ', 148)
+    h.write(e.type ?? '0', 156)
+    if (e.linkname) h.write(e.linkname, 157, 100)
+    h.write('ustar\0', 257)
+    h.write('00', 263)
+    let sum = 0
+    for (const b of h) sum += b
+    h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148)
+    blocks.push(h, data, Buffer.alloc((512 - (data.length % 512)) % 512))
+  }
+  blocks.push(Buffer.alloc(1024))
+  return Buffer.concat(blocks)
+}
+
+/** The entries of an archive docker save wrote (ustar; PAX path records honoured). */
+function untar (archive: Buffer): TarEntry[] {
+  const out: TarEntry[] = []
+  let at = 0
+  let paxPath: string | undefined
+  while (at + 512 <= archive.length) {
+    const h = archive.subarray(at, at + 512)
+    if (h.every((b) => b === 0)) break
+    const cstr = (b: Buffer): string => b.subarray(0, b.indexOf(0) < 0 ? b.length : b.indexOf(0)).toString()
+    const size = parseInt(cstr(h.subarray(124, 136)).trim() || '0', 8)
+    const type = String.fromCharCode(h[156])
+    const prefix = cstr(h.subarray(345, 500))
+    const data = archive.subarray(at + 512, at + 512 + size)
+    at += 512 + Math.ceil(size / 512) * 512
+    if (type === 'x') {
+      const m = /\d+ path=([^\n]*)\n/.exec(data.toString())
+      paxPath = m?.[1]
+      continue
+    }
+    const name = paxPath ?? (prefix ? `${prefix}/${cstr(h.subarray(0, 100))}` : cstr(h.subarray(0, 100)))
+    paxPath = undefined
+    out.push({ name, type: (type === '\0' ? '0' : type) as TarEntry['type'], linkname: cstr(h.subarray(157, 257)), data: Buffer.from(data) })
+  }
+  return out
+}
+
+/** An archive with manifest.json edited, and the legacy repositories file kept (undefined), left out (null) or replaced. */
+function retagged (archive: Buffer, edit: (manifest: any[]) => any[], repositories?: object | null): Buffer {
+  const entries = untar(archive).map((e) => e.name === 'manifest.json' ? { ...e, data: Buffer.from(JSON.stringify(edit(JSON.parse(e.data!.toString())))) } : e)
+    .filter((e) => repositories === undefined || e.name !== 'repositories')
+  if (repositories) entries.push({ name: 'repositories', data: Buffer.from(JSON.stringify(repositories)) })
+  return tar(entries)
+}
+
+/** Every image on the engine: id and tags, to compare before and after. */
+async function engineImages (): Promise<string[]> {
+  return lines(await direct(['images', '-a', '--no-trunc', '--format', '{{.ID}} {{.Repository}}:{{.Tag}}'])).sort()
+}
+
+t.test('docker load as a tenant', async (t) => {
+  const app = `${TA}/app:1`
+  const box = `${P}-a-box`
+  let r = await as('a', ['create', '--name', box, IMAGE, 'true'])
+  t.equal(r.code, 0, 'A creates a container', out(r))
+  r = await as('a', ['commit', box, app])
+  t.equal(r.code, 0, 'A commits it into its namespace', out(r))
+  const id = r.stdout.toString().trim()
+  const save = await as('a', ['save', app])
+  t.equal(save.code, 0, 'A saves its image through the gateway', out(save))
+  const archive = save.stdout
+  const busybox = await direct(['save', IMAGE])
+  t.equal(busybox.code, 0, 'the shared image saved on the engine directly')
+  const shared = await inspectDirect('image', IMAGE)
+
+  t.test('A: its own archive, in its namespace', async (t) => {
+    t.equal((await as('a', ['rmi', app])).code, 0, 'A removes its image')
+    t.notOk(await inspectDirect('image', app), 'gone')
+    const load = await as('a', ['load'], { stdin: archive })
+    t.equal(load.code, 0, 'docker load', out(load))
+    t.match(load.stdout.toString(), `Loaded image: ${app}`, load.stdout.toString().trim())
+    const image = await inspectDirect('image', app)
+    t.equal(image?.Id, id, 'the same image id as before (its config already carried A\'s owner labels)')
+    t.same([owner(image?.Config?.Labels), image?.Config?.Labels?.[SUBJECT_LABEL]], [TA, 'walt'], 'owned by A')
+    t.notOk(hasOwnerLabel((await inspectAs('a', 'image', app))?.Config?.Labels), 'A\'s view shows no owner label')
+    r = await as('a', ['run', '--rm', app, 'true'])
+    t.equal(r.code, 0, 'A runs it', out(r))
+    const b = await as('b', ['image', 'inspect', app])
+    t.not(b.code, 0, 'B: image inspect fails')
+    t.match(b.stderr, /No such image/, 'as for a missing image')
+    t.notMatch((await as('b', ['images', '--no-trunc'])).stdout.toString(), id.replace(/^sha256:/, '').slice(0, 12), 'B does not list it')
+    const gz = await as('a', ['load'], { stdin: gzipSync(archive) })
+    t.equal(gz.code, 0, 'a gzip-compressed archive loads too', out(gz))
+    const old = await as('a', ['load', '-q'], { stdin: archive, cli: CLI20 })
+    t.equal(old.code, 0, 'and with docker 20.10', out(old))
+  })
+
+  t.test('A: the shared image, retagged into A\'s namespace: a new image of A\'s', async (t) => {
+    const bb = `${TA}/bb:1`
+    const load = await as('a', ['load'], { stdin: retagged(busybox.stdout, (m) => m.map((i) => ({ ...i, RepoTags: [bb] })), null) })
+    t.equal(load.code, 0, 'docker load', out(load))
+    const image = await inspectDirect('image', bb)
+    t.not(image?.Id, shared.Id, 'under a new id (its config got A\'s owner labels)')
+    t.same(image?.RootFS, shared.RootFS, 'with the same layers')
+    t.same([owner(image?.Config?.Labels), image?.Config?.Labels?.[SUBJECT_LABEL]], [TA, 'walt'], 'owned by A')
+    const now = await inspectDirect('image', IMAGE)
+    t.same([now.Id, now.RepoTags, now.Config?.Labels ?? null], [shared.Id, shared.RepoTags, shared.Config?.Labels ?? null], 'the shared image is unchanged')
+    t.not((await as('b', ['image', 'inspect', bb])).code, 0, 'B cannot see A\'s image')
+    t.not((await as('b', ['run', '--rm', image.Id, 'true'])).code, 0, 'nor run it by id')
+  })
+
+  t.test('A: an archive without tags loads an untagged image of A\'s', async (t) => {
+    const load = await as('a', ['load'], { stdin: retagged(busybox.stdout, (m) => m.map((i) => ({ ...i, RepoTags: null })), null) })
+    t.equal(load.code, 0, 'docker load', out(load))
+    const loaded = /Loaded image ID: (sha256:[0-9a-f]{64})/.exec(load.stdout.toString())?.[1]
+    t.ok(loaded, `loaded ${loaded}`)
+    t.equal(owner((await inspectDirect('image', loaded!))?.Config?.Labels), TA, 'owned by A')
+    t.not((await as('b', ['image', 'inspect', loaded!])).code, 0, 'invisible to B')
+  })
+
+  t.test('refused archives leave the engine unchanged', async (t) => {
+    const before = await engineImages()
+    const refusals: Array<[Who, string, Buffer, RegExp]> = [
+      ['b', 'B loads A\'s archive (A\'s tag)', archive, /outside tenant team-x-\w+'s namespace/],
+      ['a', 'A loads the shared image\'s archive', busybox.stdout, /outside tenant team-w-\w+'s namespace/],
+      ['a', 'A\'s image tagged onto the shared image\'s tag', retagged(archive, (m) => m.map((i) => ({ ...i, RepoTags: [IMAGE] }))), /outside tenant team-w-\w+'s namespace/],
+      ['a', 'a tag of A\'s and one of B\'s', retagged(archive, (m) => m.map((i) => ({ ...i, RepoTags: [`${TA}/app:2`, `${TB}/app:1`] }))), /outside tenant team-w-\w+'s namespace/],
+      ['a', 'manifest.json in A\'s namespace, repositories not', retagged(archive, (m) => m, { 'portcullis-test/busybox': { latest: id.replace(/^sha256:/, '') } }), /outside tenant team-w-\w+'s namespace/],
+      ['a', 'manifest.json with the tag spelled in lower case', retagged(archive, (m) => m.map((i) => ({ ...i, RepoTags: undefined, repotags: [IMAGE] }))), /outside tenant team-w-\w+'s namespace/],
+      ['a', 'a second manifest.json naming the shared tag, later in the archive', Buffer.concat([untarRaw(archive), tar([{ name: './manifest.json', data: Buffer.from(JSON.stringify([{ Config: 'x.json', RepoTags: [IMAGE], Layers: [] }])) }])]), /outside tenant team-w-\w+'s namespace/],
+      ['a', 'no manifest.json (only a symbolic link of that name)', tar([...untar(archive).filter((e) => e.name !== 'manifest.json'), { name: 'manifest.json', type: '2', linkname: 'repositories' }]), /no manifest\.json/],
+      ['a', 'an entry outside the archive', tar([{ name: '../escape', data: Buffer.from('x') }, ...untar(archive)]), /lies outside the archive/],
+    ]
+    for (const [who, what, body, want] of refusals) {
+      const r = await as(who, ['load'], { stdin: body })
+      t.not(r.code, 0, `${what}: refused`)
+      t.match(r.stderr, want, `${what}: ${r.stderr.trim()}`)
+    }
+    t.same(await engineImages(), before, 'the engine\'s images and tags are as before')
+  })
+})
+
+/** An archive without its end-of-archive blocks (to append entries). */
+function untarRaw (archive: Buffer): Buffer {
+  const entries = untar(archive)
+  return tar(entries).subarray(0, -1024)
+}

@@ -153,11 +153,12 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   if (scoped.patch.length) ctx.rewrites = [...(ctx.rewrites ?? []), { id: 'tenancy', patch: scoped.patch }]
   if (Object.keys(headers).length) ctx.upstreamHeaders = headers
   if (scoped.respond) ctx.respond = scoped.respond
+  if (scoped.bodyFilter) ctx.bodyFilter = scoped.bodyFilter
   if (scoped.answer) ctx.answer = scoped.answer
   return ctx.decodedBody
 }
 
-/** A tenancy refusal is recorded as a denial by its rule. */
+/** A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as a denial by its rule. */
 function deniedByTenancy (ctx: RequestContext, err: unknown): void {
   const rule = (err as { tenancyRule?: string }).tenancyRule
   if (rule && ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
@@ -296,6 +297,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       await forward(ctx, req, res, deps.upstream)
     }
   } catch (err) {
+    deniedByTenancy(ctx, err)
     let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
       try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }

@@ -22,6 +22,13 @@ export type ResponseFilter =
   /** A stream of JSON lines (events): each kept or dropped, in order. */
   | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
 
+/**
+ * A streamed request body rewritten on its way to the engine (an image archive): the
+ * client's bytes in, the bytes to forward out. A GatewayError thrown while it runs
+ * refuses the request; the engine's upload is cut short, so it acts on nothing.
+ */
+export type BodyFilter = (source: AsyncIterable<Buffer>) => AsyncIterable<Buffer>
+
 /** An answer the gateway gives itself, in the engine's shape; nothing is forwarded. */
 export interface LocalAnswer { readonly status: number, readonly body: unknown }
 
@@ -41,6 +48,7 @@ export class Call {
   readonly patch: PatchOp[] = []
   readonly setHeaders: Record<string, string> = {}
   respond?: ResponseFilter
+  bodyFilter?: BodyFilter
   answer?: LocalAnswer
 
   constructor (

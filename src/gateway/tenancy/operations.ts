@@ -11,6 +11,7 @@
  */
 import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../errors'
+import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
@@ -353,6 +354,16 @@ const imageInspect: Handler = async (call) => {
 }
 
 /**
+ * docker load: the archive is rewritten on its way to the engine (archive.ts): its tags
+ * must lie in the tenant's namespace, and every image it loads gets the owner labels.
+ */
+const imageLoad: Handler = async (call) => {
+  const labels = { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
+  call.bodyFilter = scopeArchive({ checkTag: (ref) => mustBeInNamespace(call, ref, 'archive tag'), labels })
+  call.patch.push({ op: 'add', path: '/body/config/Labels', value: labels })
+}
+
+/**
  * The build cache carries no owner: a tenant's prune deletes nothing and is answered by
  * the gateway in the engine's shape, so that `docker system prune` and `docker builder
  * prune` succeed for the tenant's own objects. (The administrator prunes the cache.)
@@ -602,7 +613,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageCommit: imageCommit,
   ImageGet: async (call) => { await visibleImage(call, call.params.name) },
   ImageGetAll: imageGetAll,
-  ImageLoad: denied('no-image-load', 'a loaded archive can replace any tag of the shared catalog'),
+  ImageLoad: imageLoad,
   // System
   SystemAuth: systemAuth,
   SystemInfo: systemInfo,
