@@ -251,6 +251,7 @@ t.test('docker system prune -f as a tenant: its own objects only, exit 0', async
   fs.writeFileSync(path.join(ctx, 'Dockerfile'), `FROM ${IMAGE}\nRUN echo ${P} > /cached\n`)
   const build = await direct(['build', '-q', ctx], { cli: CLI20, env: { DOCKER_BUILDKIT: '1' } })
   t.equal(build.code, 0, 'a BuildKit build on the engine directly', out(build))
+  t.teardown(async () => { await direct(['rmi', '-f', build.stdout.toString().trim()]) })
   const cache = async (): Promise<string[]> => (JSON.parse((await direct(['system', 'df', '-v', '--format', '{{json .BuildCache}}'])).stdout.toString() || '[]') as any[]).map((c) => String(c.ID)).sort()
   const cacheBefore = await cache()
   t.ok(cacheBefore.length > 0, `the engine has build cache entries (${cacheBefore.length})`)
