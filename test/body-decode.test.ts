@@ -589,11 +589,11 @@ t.test('the shipped policy evaluates, and forwards, the host config the engine r
 
   const ignored = await create('{"Image":"busybox","Privileged":true,"Runtime":"sysbox-runc","Binds":["/:/h"],"HostConfig":{}}')
   t.equal(ignored.decision, 'allow', 'beside HostConfig the engine ignores them: allowed')
-  t.same(forwarded(ignored), { Image: 'busybox', HostConfig: { SecurityOpt: ['no-new-privileges'], Memory: 1073741824, PidsLimit: 1024 } }, 'and forwarded without them')
+  t.same(forwarded(ignored), { Image: 'busybox', HostConfig: { SecurityOpt: ['no-new-privileges'], Memory: 1073741824, PidsLimit: 1024, CgroupnsMode: 'private' } }, 'and forwarded without them')
 
   const memory = await create('{"Image":"busybox","Memory":33554432,"CpuShares":512,"HostConfig":{"Memory":0}}')
   t.equal(memory.decision, 'allow')
-  t.same(forwarded(memory), { Image: 'busybox', HostConfig: { Memory: 33554432, CpuShares: 512, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024 } },
+  t.same(forwarded(memory), { Image: 'busybox', HostConfig: { Memory: 33554432, CpuShares: 512, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private' } },
     'a top-level Memory fills the empty HostConfig.Memory before the rewrites (the 1 GiB default does not replace it)')
 
   const refused = await create('{"Image":"busybox","Memory":"1g","HostConfig":{}}')

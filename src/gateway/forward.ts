@@ -7,13 +7,13 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
-import type { Readable } from 'node:stream'
+import { Readable } from 'node:stream'
 import { hasBody, jsonLines } from './body'
 import { counter, declaredLength, type RequestContext } from './context'
 import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
 import type { Upstream } from './upstream'
-import type { ResponseFilter } from './tenancy'
+import type { BodyFilter, LocalAnswer, ResponseFilter } from './tenancy'
 import { decodeJson, encodeBody } from '../policy/body/decode'
 
 /** Request headers the gateway consumes and never passes on. */
@@ -24,7 +24,8 @@ export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContex
   if (upstream.host) headers.host = upstream.host
   for (const [k, v] of Object.entries(ctx.upstreamHeaders ?? {})) headers[k] = v
   if (ctx.body) headers['content-length'] = String(ctx.body.length)
-  else if (req.headers['content-length'] !== undefined && hasBody(req)) headers['content-length'] = req.headers['content-length']
+  // A filtered body has a length of its own: sent chunked.
+  else if (req.headers['content-length'] !== undefined && hasBody(req) && !ctx.bodyFilter) headers['content-length'] = req.headers['content-length']
   return headers
 }
 
@@ -54,11 +55,16 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   res.once('close', onClientGone)
 
   let body: Buffer | Readable | undefined
+  let refused: { error?: unknown } | undefined
   if (ctx.body) {
     body = ctx.body
     ctx.bytesIn = ctx.body.length
   } else if (hasBody(req)) {
     body = req.pipe(counter((n) => { ctx.bytesIn += n }))
+    if (ctx.bodyFilter) {
+      refused = {}
+      body = Readable.from(filtered(ctx.bodyFilter, body, refused), { objectMode: false })
+    }
   }
 
   const sent = performance.now()
@@ -72,6 +78,8 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
       signal: abort.signal,
     })
   } catch (err) {
+    // A body filter's refusal is the answer, whatever the engine made of the cut upload.
+    if (refused?.error !== undefined) throw refused.error
     if (abort.signal.aborted) return
     throw upstreamError(err, upstream.url)
   }
@@ -143,6 +151,27 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
 }
 
+/** A body through its filter; the filter's error is kept, so that it (not undici's view of it) answers the client. */
+async function * filtered (filter: BodyFilter, source: AsyncIterable<Buffer>, refused: { error?: unknown }): AsyncGenerator<Buffer> {
+  try {
+    yield * filter(source)
+  } catch (err) {
+    // Only the filter's own refusals: a client that went away is not refused.
+    if (err instanceof GatewayError) refused.error = err
+    throw err
+  }
+}
+
+/** The gateway's own answer in the engine's shape (JSON), recorded before it is sent. */
+export function answerLocally (ctx: RequestContext, answer: LocalAnswer, res: ServerResponse): void {
+  const body = Buffer.from(JSON.stringify(answer.body) + '\n')
+  ctx.status = answer.status
+  ctx.bytesOut = body.length
+  ctx.seal?.()
+  res.writeHead(answer.status, { 'content-type': 'application/json', 'content-length': String(body.length) })
+  res.end(body)
+}
+
 /** Answers up to this declared length are read whole and sent in one write. */
 const SMALL_ANSWER = 256 * 1024
 
@@ -160,6 +189,7 @@ async function respondWhole (ctx: RequestContext, answer: Answer, length: number
 }
 
 const EMPTY = Buffer.alloc(0)
+
 
 /** Largest JSON answer the gateway reads whole to narrow it to a tenant (lists, info). */
 const FILTERED_ANSWER_MAX = 256 * 1024 * 1024

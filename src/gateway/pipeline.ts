@@ -25,7 +25,7 @@ import { hasBody, readCapped, readUpgradeBody } from './body'
 import { resolveTarget, type ApiWindow } from './catalog/route'
 import { elapsedMs, type RequestContext } from './context'
 import { GatewayError, isGatewayError, renderError, toGatewayError } from './errors'
-import { forward } from './forward'
+import { answerLocally, forward } from './forward'
 import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
 import { execInfo, type Upstream } from './upstream'
@@ -138,8 +138,7 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
     const clientAuth = req.headers['x-registry-auth']
     scoped = await deps.tenancy.scope(ctx.identity!, ctx.target!, ctx.decodedBody, policy.tenancy, typeof clientAuth === 'string' ? clientAuth : undefined)
   } catch (err) {
-    const rule = (err as { tenancyRule?: string }).tenancyRule
-    if (rule && ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
+    deniedByTenancy(ctx, err)
     throw err
   }
   if (!scoped) return ctx.decodedBody
@@ -154,7 +153,15 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   if (scoped.patch.length) ctx.rewrites = [...(ctx.rewrites ?? []), { id: 'tenancy', patch: scoped.patch }]
   if (Object.keys(headers).length) ctx.upstreamHeaders = headers
   if (scoped.respond) ctx.respond = scoped.respond
+  if (scoped.bodyFilter) ctx.bodyFilter = scoped.bodyFilter
+  if (scoped.answer) ctx.answer = scoped.answer
   return ctx.decodedBody
+}
+
+/** A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as a denial by its rule. */
+function deniedByTenancy (ctx: RequestContext, err: unknown): void {
+  const rule = (err as { tenancyRule?: string }).tenancyRule
+  if (rule && ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
 }
 
 /**
@@ -276,6 +283,8 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     const body = await inspect(deps, ctx, req)
     if (op.kind === 'policy') {
       await deps.admin(ctx, body, res)
+    } else if (ctx.answer) {
+      answerLocally(ctx, ctx.answer, res)
     } else if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
@@ -288,6 +297,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       await forward(ctx, req, res, deps.upstream)
     }
   } catch (err) {
+    deniedByTenancy(ctx, err)
     let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
       try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }

@@ -12,13 +12,13 @@ import type { TenancySettings } from '../../policy/tenancy'
 import type { PatchOp } from '../../policy/rewrite'
 import { GatewayError } from '../errors'
 import type { Upstream } from '../upstream'
-import { Call, type ResponseFilter } from './call'
+import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
 import { Credentials } from './credentials'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
 
 export { Credentials, loadCredentials } from './credentials'
-export type { ResponseFilter } from './call'
+export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
 
 export interface Scoped {
   /** The request target to send, when it differs from the one received. */
@@ -28,6 +28,10 @@ export interface Scoped {
   readonly patch: readonly PatchOp[]
   readonly setHeaders: Readonly<Record<string, string>>
   readonly respond?: ResponseFilter
+  /** How a streamed body is rewritten on its way to the engine. */
+  readonly bodyFilter?: BodyFilter
+  /** The gateway's own answer: the request is not forwarded. */
+  readonly answer?: LocalAnswer
 }
 
 export class Tenancy {
@@ -64,6 +68,8 @@ export class Tenancy {
       patch: call.patch,
       setHeaders: call.setHeaders,
       ...(call.respond ? { respond: call.respond } : {}),
+      ...(call.bodyFilter ? { bodyFilter: call.bodyFilter } : {}),
+      ...(call.answer ? { answer: call.answer } : {}),
     }
   }
 

@@ -11,10 +11,12 @@
  */
 import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../errors'
+import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
+import { hideOwner, ownerTermsAsSeen } from './labels'
 import { ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
@@ -62,31 +64,67 @@ function denied (rule: string, why: string): Handler {
 /** Operations that touch no tenant's objects. */
 const open: Handler = async () => {}
 
-/** Lists and prunes: the engine applies the owner-label filter (ANDed with the client's). */
+/**
+ * Lists and prunes: the engine applies the owner-label filter (ANDed with the client's,
+ * whose own owner-label terms are read as the tenant sees its objects: labels.ts).
+ */
 function labelFiltered (then?: (call: Call) => void): Handler {
   return async (call) => {
-    call.setQuery('filters', serializeFilters(withLabel(parseFilters(call.query), `${TENANT_LABEL}=${call.tenant}`)))
+    call.setQuery('filters', serializeFilters(withLabel(ownerTermsAsSeen(parseFilters(call.query), call.tenant), `${TENANT_LABEL}=${call.tenant}`)))
     then?.(call)
   }
 }
 
-/** And the answer is checked again, whatever the engine did with the filter. */
-function keepOwn (labels: (o: any) => unknown, wrap?: 'Volumes'): (call: Call) => void {
+/** Lists the engine does not owner-filter: only the client's owner-label terms are read as the tenant sees its objects. */
+function ownerTermsOnly (call: Call): void {
+  const filters = parseFilters(call.query)
+  const seen = serializeFilters(ownerTermsAsSeen(filters, call.tenant))
+  if (seen !== serializeFilters(filters)) call.setQuery('filters', seen)
+}
+
+/** Where an object's labels are in a list or inspect answer, and what the engine shows for none. */
+interface LabelsAt { readonly path: readonly string[], readonly empty: Record<string, never> | null }
+const CONTAINER_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
+const NETWORK_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
+const VOLUME_LABELS: LabelsAt = { path: ['Labels'], empty: null }
+const IMAGE_LABELS: LabelsAt = { path: ['Labels'], empty: null }
+
+function hideAll<T> (doc: T, places: readonly LabelsAt[]): T {
+  return places.reduce((d, at) => hideOwner(d, at.path, at.empty), doc)
+}
+
+/**
+ * And the answer is checked again, whatever the engine did with the filter; `hide`:
+ * the owner labels are taken out of what the tenant sees (labels.ts).
+ */
+function keepOwn (labels: (o: any) => unknown, opts: { wrap?: 'Volumes', hide?: LabelsAt } = {}): (call: Call) => void {
   return (call) => {
     call.respond = {
       kind: 'json',
       transform: (body) => {
         const keep = (o: any): boolean => ownerOf(labels(o) as Record<string, string>) === call.tenant
-        if (wrap) {
-          const all = list(body?.[wrap])
-          const kept = all.filter(keep)
-          // Nothing dropped: the engine's own answer, byte for byte.
-          return kept.length === all.length ? body : { ...body, [wrap]: kept }
+        const view = (items: any[]): any[] => {
+          const own = items.filter(keep)
+          return opts.hide ? own.map((o) => hideAll(o, [opts.hide!])) : own
         }
-        return list(body).filter(keep)
+        // Nothing dropped and nothing hidden: the engine's own answer, byte for byte.
+        const whole = (all: any[], seen: any[]): boolean => opts.hide === undefined && seen.length === all.length
+        if (opts.wrap) {
+          const all = list(body?.[opts.wrap])
+          const seen = view(all)
+          return whole(all, seen) && Array.isArray(body?.[opts.wrap]) ? body : { ...body, [opts.wrap]: seen }
+        }
+        const all = list(body)
+        const seen = view(all)
+        return whole(all, seen) && Array.isArray(body) ? body : seen
       },
     }
   }
+}
+
+/** An object's own answer (inspect, create) without the owner labels at those places. */
+function hidden (call: Call, places: readonly LabelsAt[]): void {
+  call.respond = { kind: 'json', transform: (b) => hideAll(b, places) }
 }
 
 /** Stamp the owner labels at `pointer` (a labels map) in the body: the caller cannot set or override them. */
@@ -433,7 +471,39 @@ const imageCommit: Handler = async (call) => {
 }
 
 const imageList: Handler = async (call) => {
-  call.respond = { kind: 'json', transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))) }
+  // No owner filter for the engine: the shared catalog is listed too.
+  ownerTermsOnly(call)
+  call.respond = {
+    kind: 'json',
+    transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))).map((i) => hideAll(i, [IMAGE_LABELS])),
+  }
+}
+
+/** A committed image's ContainerConfig is its container's (with the container's owner labels). */
+const IMAGE_INSPECT_LABELS: readonly LabelsAt[] = [{ path: ['Config', 'Labels'], empty: null }, { path: ['ContainerConfig', 'Labels'], empty: null }]
+
+const imageInspect: Handler = async (call) => {
+  await visibleImage(call, call.params.name)
+  hidden(call, IMAGE_INSPECT_LABELS)
+}
+
+/**
+ * docker load: the archive is rewritten on its way to the engine (archive.ts): its tags
+ * must lie in the tenant's namespace, and every image it loads gets the owner labels.
+ */
+const imageLoad: Handler = async (call) => {
+  const labels = { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
+  call.bodyFilter = scopeArchive({ checkTag: (ref) => mustBeInNamespace(call, ref, 'archive tag'), labels })
+  call.patch.push({ op: 'add', path: '/body/config/Labels', value: labels })
+}
+
+/**
+ * The build cache carries no owner: a tenant's prune deletes nothing and is answered by
+ * the gateway in the engine's shape, so that `docker system prune` and `docker builder
+ * prune` succeed for the tenant's own objects. (The administrator prunes the cache.)
+ */
+const buildPrune: Handler = async (call) => {
+  call.answer = { status: 200, body: { CachesDeleted: null, SpaceReclaimed: 0 } }
 }
 
 const imageGetAll: Handler = async (call) => {
@@ -459,6 +529,8 @@ const networkInspect: Handler = async (call) => {
         return kept.length === all.length ? b : { ...b, Containers: Object.fromEntries(kept) }
       },
     }
+  } else {
+    hidden(call, [NETWORK_LABELS])
   }
 }
 
@@ -524,10 +596,19 @@ const containerTop: Handler = async (call) => {
 }
 
 const networkList: Handler = async (call) => {
-  call.respond = { kind: 'json', transform: (body) => list(body).filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && PREDEFINED_NETWORKS.has(n?.Name) && n?.Scope === 'local')) }
+  // No owner filter for the engine (the predefined networks carry no owner label).
+  ownerTermsOnly(call)
+  call.respond = {
+    kind: 'json',
+    transform: (body) => list(body)
+      .filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && PREDEFINED_NETWORKS.has(n?.Name) && n?.Scope === 'local'))
+      .map((n) => hideAll(n, [NETWORK_LABELS])),
+  }
 }
 
 const volumeCreate: Handler = async (call) => {
+  // The engine answers with the volume: without the owner labels.
+  hidden(call, [VOLUME_LABELS])
   const name = str(bodyAt(call, 'Name'))
   if (name) {
     const res = await call.r.volume(name, call.tenant)
@@ -537,6 +618,17 @@ const volumeCreate: Handler = async (call) => {
   }
   await checkVolumeQuota(call, 1)
   stamp(call, ['Labels'])
+}
+
+const volumeInspect: Handler = async (call) => {
+  await own(call, 'volume', call.params.name)
+  hidden(call, [VOLUME_LABELS])
+}
+
+const containerInspect: Handler = async (call) => {
+  call.setParam('id', await own(call, 'container', call.params.id))
+  // A container's limits are int64s: kept exact.
+  hidden(call, [{ path: ['Config', 'Labels'], empty: {} }])
 }
 
 // ---------------------------------------------------------------------------------
@@ -633,7 +725,20 @@ const systemAuth: Handler = async (call) => {
 }
 
 const systemInfo: Handler = async (call) => { call.respond = { kind: 'json', transform: (b) => filterInfo(call, b) } }
-const systemDf: Handler = async (call) => { call.respond = { kind: 'json', transform: (b) => filterDataUsage(call, b) } }
+const systemDf: Handler = async (call) => {
+  call.respond = {
+    kind: 'json',
+    transform: async (b) => {
+      const df: any = await filterDataUsage(call, b)
+      return {
+        ...df,
+        Containers: list(df.Containers).map((c) => hideAll(c, [CONTAINER_LABELS])),
+        Images: list(df.Images).map((i) => hideAll(i, [IMAGE_LABELS])),
+        Volumes: list(df.Volumes).map((v) => hideAll(v, [VOLUME_LABELS])),
+      }
+    },
+  }
+}
 const systemEvents: Handler = async (call) => { call.respond = { kind: 'lines', keep: filterEvents(call) } }
 
 const distributionInspect: Handler = async (call) => {
@@ -648,9 +753,9 @@ const NOT_TENANT = 'engine-wide'
 
 export const handlers: Readonly<Record<string, Handler>> = {
   // Containers
-  ContainerList: labelFiltered(keepOwn((c) => c?.Labels)),
+  ContainerList: labelFiltered(keepOwn((c) => c?.Labels, { hide: CONTAINER_LABELS })),
   ContainerCreate: containerCreate,
-  ContainerInspect: owned('container'),
+  ContainerInspect: containerInspect,
   ContainerTop: containerTop,
   ContainerLogs: owned('container'),
   ContainerChanges: owned('container'),
@@ -686,12 +791,12 @@ export const handlers: Readonly<Record<string, Handler>> = {
   // Images
   ImageList: imageList,
   ImageBuild: imageBuild,
-  BuildPrune: denied('no-build-prune', 'the build cache is shared and carries no owner'),
+  BuildPrune: buildPrune,
   // A build is named by the random id its client chose (`?buildid=` of the build, `?id=` here):
   // only that client knows it.
   BuildCancel: open,
   ImageCreate: imagePull,
-  ImageInspect: async (call) => { await visibleImage(call, call.params.name) },
+  ImageInspect: imageInspect,
   ImageAttestations: async (call) => { await visibleImage(call, call.params.name) },
   ImageHistory: async (call) => { await visibleImage(call, call.params.name) },
   ImagePush: imagePush,
@@ -702,7 +807,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageCommit: imageCommit,
   ImageGet: async (call) => { await visibleImage(call, call.params.name) },
   ImageGetAll: imageGetAll,
-  ImageLoad: denied('no-image-load', 'a loaded archive can replace any tag of the shared catalog'),
+  ImageLoad: imageLoad,
   // System
   SystemAuth: systemAuth,
   SystemInfo: systemInfo,
@@ -712,9 +817,9 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SystemEvents: systemEvents,
   SystemDataUsage: systemDf,
   // Volumes
-  VolumeList: labelFiltered(keepOwn((v) => v?.Labels, 'Volumes')),
+  VolumeList: labelFiltered(keepOwn((v) => v?.Labels, { wrap: 'Volumes', hide: VOLUME_LABELS })),
   VolumeCreate: volumeCreate,
-  VolumeInspect: owned('volume', 'name'),
+  VolumeInspect: volumeInspect,
   VolumeUpdate: owned('volume', 'name'),
   VolumeDelete: owned('volume', 'name'),
   VolumePrune: labelFiltered(),
