@@ -45,6 +45,8 @@ export interface RequestContext {
   bodyFilter?: BodyFilter
   /** An answer the gateway gives itself instead of forwarding (tenancy). */
   answer?: LocalAnswer
+  /** Tenancy's end-of-request work (quota reservations released), run by the pipeline's finish. */
+  settled?: (status: number) => void
   /** `upgrade` (101 relayed) or `raw` (200 + raw stream) once a hijack is established. */
   hijack?: 'upgrade' | 'raw'
   status?: number

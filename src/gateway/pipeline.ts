@@ -155,6 +155,7 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   if (scoped.respond) ctx.respond = scoped.respond
   if (scoped.bodyFilter) ctx.bodyFilter = scoped.bodyFilter
   if (scoped.answer) ctx.answer = scoped.answer
+  if (scoped.settled) ctx.settled = scoped.settled
   return ctx.decodedBody
 }
 
@@ -208,12 +209,34 @@ function recordHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
   return () => { closeSession?.() }
 }
 
+/** How much of a refused upload is read and dropped before the refusal is sent. */
+const DISCARD_MAX_BYTES = 1024 * 1024 * 1024
+const DISCARD_MAX_MS = 30_000
+
+async function discardUpload (req: IncomingMessage): Promise<void> {
+  await new Promise<void>((resolve) => {
+    let seen = 0
+    const done = (): void => { clearTimeout(timer); req.off('data', onData); req.off('end', done); req.off('close', done); req.off('error', done); resolve() }
+    const onData = (chunk: Buffer): void => { seen += chunk.length; if (seen > DISCARD_MAX_BYTES) done() }
+    const timer = setTimeout(done, DISCARD_MAX_MS)
+    timer.unref()
+    req.on('data', onData)
+    req.once('end', done)
+    req.once('close', done)
+    req.once('error', done)
+    req.unpipe()
+    req.resume()
+  })
+}
+
 /** Exec start hijacks unless its (canonical) body asks to detach. */
 function detaches (body: unknown): boolean {
   return body !== null && typeof body === 'object' && (body as { Detach?: unknown }).Detach === true
 }
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
+  // The answer is out (or the request failed): what tenancy held for it is let go.
+  try { ctx.settled?.(ctx.status ?? 0) } catch (err) { deps.log.error({ req: ctx.id, err: { message: (err as Error).message } }, 'tenancy settle failed') }
   // A session's end, or a request that ended before its answer completed (client gone,
   // upstream failure): recorded now, after the fact; nothing is left to refuse.
   try {
@@ -302,6 +325,10 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     if (!res.headersSent && !res.destroyed) {
       try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }
       const { status, body, headers } = renderError(e)
+      // A refusal made while the upload streams (an archive a tenant may not load): the
+      // rest of it is read and dropped first, within bounds, so that a client that writes
+      // its whole body before it reads (Go's net/http) sees the refusal, not a broken pipe.
+      if (e.status < 500 && e.code !== 'BODY_TOO_LARGE' && !req.complete && hasBody(req)) await discardUpload(req)
       // After refusing a body we did not read to its end, the connection cannot be reused.
       const close = e.code === 'BODY_TOO_LARGE' || (!req.complete && hasBody(req))
       res.writeHead(status, { ...headers, ...(close ? { connection: 'close' } : {}) })

@@ -48,6 +48,8 @@ export class Call {
   paramsChanged = false
   readonly patch: PatchOp[] = []
   readonly setHeaders: Record<string, string> = {}
+  /** Called once the request has been answered (or failed), with the status sent. */
+  readonly settled: Array<(status: number) => void> = []
   respond?: ResponseFilter
   bodyFilter?: BodyFilter
   answer?: LocalAnswer

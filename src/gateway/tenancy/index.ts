@@ -32,6 +32,8 @@ export interface Scoped {
   readonly bodyFilter?: BodyFilter
   /** The gateway's own answer: the request is not forwarded. */
   readonly answer?: LocalAnswer
+  /** Called once the request has been answered or has failed (quota reservations end). */
+  readonly settled?: (status: number) => void
 }
 
 export class Tenancy {
@@ -61,7 +63,13 @@ export class Tenancy {
       throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
     }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)
-    await handler(call)
+    try {
+      await handler(call)
+    } catch (err) {
+      // Refused after a check had already reserved quota: let it go now.
+      for (const f of call.settled) f(0)
+      throw err
+    }
     return {
       ...(call.paramsChanged || call.queryChanged ? { url: buildUrl(target, call.params, call.queryChanged ? call.query : null) } : {}),
       ...(call.bodyChanged ? { body: call.body } : {}),
@@ -70,6 +78,7 @@ export class Tenancy {
       ...(call.respond ? { respond: call.respond } : {}),
       ...(call.bodyFilter ? { bodyFilter: call.bodyFilter } : {}),
       ...(call.answer ? { answer: call.answer } : {}),
+      ...(call.settled.length > 0 ? { settled: (status: number) => { for (const f of call.settled) f(status) } } : {}),
     }
   }
 

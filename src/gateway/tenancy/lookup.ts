@@ -40,6 +40,8 @@ export function ownerOf (labels: Labels): string | null {
 }
 
 export interface Limits { readonly memory: number, readonly nanoCpus: number }
+/** Quota usage admitted for a request in flight. */
+export interface Reservation { readonly containers: number, readonly memory: number, readonly nanoCpus: number }
 
 export class OwnerCache {
   private readonly owners = new Map<string, string | null>()
@@ -88,6 +90,27 @@ export class OwnerCache {
       this.listings.delete(pending)
     }
   }
+
+  // Quota reservations: what checks that passed have admitted and the engine has not
+  // yet answered. Every check counts them, so concurrent creates cannot all see the
+  // same usage; each is released when its request is answered (pipeline `finish`).
+  private readonly reservations = new Map<string, Set<Reservation>>()
+
+  /** Hold `r` for the tenant until release(). */
+  reserve (tenant: string, r: Reservation): void {
+    let held = this.reservations.get(tenant)
+    if (!held) { held = new Set(); this.reservations.set(tenant, held) }
+    held.add(r)
+  }
+
+  release (tenant: string, r: Reservation): void {
+    const held = this.reservations.get(tenant)
+    held?.delete(r)
+    if (held?.size === 0) this.reservations.delete(tenant)
+  }
+
+  /** The tenant's reservations now (a copy). */
+  reserved (tenant: string): Reservation[] { return [...(this.reservations.get(tenant) ?? [])] }
 
   /** A container create or destroy event (labels from the event's attributes). */
   containerEvent (action: 'create' | 'destroy', id: string, labels: Record<string, unknown>): void {

@@ -258,6 +258,16 @@ const containerCreate: Handler = async (call) => {
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
   stamp(call, ['Labels'])
+  // The created container counts from its answer on, whether or not the engine's create
+  // event has reached the gateway yet (the reservation ends once the answer is out).
+  call.respond = {
+    kind: 'json',
+    transform: (b) => {
+      const id = str(b?.Id)
+      if (/^[0-9a-f]{64}$/.test(id)) call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
+      return b
+    },
+  }
   // Named volumes the engine would create implicitly (without labels) are created first, owned.
   for (const v of newVolumes) {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
