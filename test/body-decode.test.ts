@@ -12,7 +12,7 @@ import { generateBodySchema, SCHEMA_PATH, union } from '../scripts/gen-body-sche
 import { operations } from '../src/gateway/catalog/operations'
 import { isGatewayError } from '../src/gateway/errors'
 import {
-  JsonNumber, decodeBody, encodeBody, fieldAt, formatFieldPath, hasBodySchema, isJsonNumber, MAX_DEPTH,
+  JsonNumber, decodeBody, encodeBody, fieldAt, formatFieldPath, hasBodySchema, isJsonNumber, MAX_DEPTH, MAX_VALUES,
 } from '../src/policy/body/decode'
 import { bodySchemas } from '../src/policy/body/schema'
 import { loadPolicy } from '../src/policy/engine'
@@ -455,6 +455,12 @@ const refused: Refuse[] = [
     op: 'ContainerCreate',
     body: `{"Deep":${'['.repeat(MAX_DEPTH)}${']'.repeat(MAX_DEPTH)}}`,
     error: new RegExp(`nested deeper than ${MAX_DEPTH} levels at \\.\\.\\.(\\[0\\])+$`),
+  },
+  {
+    name: 'more than MAX_VALUES values (refused before the policy reads them)',
+    op: 'ContainerCreate',
+    body: `{"Image":"x","Env":[${Array(MAX_VALUES).fill('"A=b"').join(',')}]}`,
+    error: new RegExp(`more than ${MAX_VALUES} values`),
   },
 ]
 

@@ -28,7 +28,8 @@
  *   - in a map, and in any object the schema knows nothing about: keys are kept verbatim
  *     and only exact duplicates are refused (`a` and `A` are two labels);
  *   - exact duplicate keys are refused everywhere;
- *   - nesting deeper than MAX_DEPTH levels is refused;
+ *   - nesting deeper than MAX_DEPTH levels, or more than MAX_VALUES values in one body,
+ *     is refused (before the policy spends time on them);
  *   - what the engine does with the decoded value before it acts on it is applied to the
  *     value (quirks.ts): a ContainerCreate body's deprecated top-level host configuration
  *     (the schema gives that operation the engine's wrapper type) is resolved into
@@ -72,6 +73,12 @@ export interface DecodedBody {
 
 /** Objects and arrays nested deeper than this are refused (Go's own limit is 10000). */
 export const MAX_DEPTH = 512
+/**
+ * Values (scalars, objects, arrays) in one body above this are refused: no Docker client
+ * sends a configuration of that size, and each value costs the policy time for every
+ * request, which one tenant could otherwise spend for everyone.
+ */
+export const MAX_VALUES = 50_000
 
 const EMPTY = Buffer.alloc(0)
 const NON_ASCII = /[^\x00-\x7f]/
@@ -227,7 +234,10 @@ class Parser {
     this.pos = i
   }
 
+  private values = 0
+
   value (node: BodyNode, depth: number): JsonValue {
+    if (++this.values > MAX_VALUES) this.refuse(`more than ${MAX_VALUES} values`)
     const s = this.s
     const c = s.charCodeAt(this.pos)
     switch (c) {
