@@ -447,7 +447,8 @@ const attacks: Attack[] = [
   forbid('swarm join', post('/v1.41/swarm/join', { RemoteAddrs: ['10.0.0.1:2377'], JoinToken: 'SWMTKN-1-x' }), null),
   forbid('service create with a bind of /', post('/v1.41/services/create', { Name: fresh(), TaskTemplate: { ContainerSpec: { Image: IMAGE, Mounts: [{ Type: 'bind', Source: '/', Target: '/host' }] } } }), 'host-binds'),
   // Services are the tenant's own business (see the workflows), within its quota.
-  tenancy('service create without a memory limit (the tenant has a memory quota)', post('/v1.41/services/create', { Name: fresh(), TaskTemplate: { ContainerSpec: { Image: IMAGE } } }), 'quota-memory'),
+  // A service without limits gets the containers' defaults (rewrites.yaml); past the quota it is refused.
+  tenancy('service create past the tenant\'s memory quota', post('/v1.41/services/create', { Name: fresh(), TaskTemplate: { ContainerSpec: { Image: IMAGE }, Resources: { Limits: { MemoryBytes: 1024 ** 4 } } } }), 'quota-memory'),
   forbid('image push', post(`/v1.41/images/${IMAGE.split(':')[0]}/push?tag=latest`), null),
   refuse('image push with X-Registry-Auth twice', { req: { target: `/v1.41/images/${IMAGE.split(':')[0]}/push`, add: [['X-Registry-Auth', 'e30='], ['X-Registry-Auth', 'e30=']] } }, 400, /x-registry-auth is repeated/),
 

@@ -696,11 +696,16 @@ async function serviceReferences (call: Call): Promise<void> {
   if (parsed) registryAuth(call, parsed.registry, 'pulling the service image')
 }
 
-/** A service's tasks are containers: their user and groups obey the same rules. */
+/**
+ * A service's tasks are containers: their user and groups obey the same rules, and their
+ * process limit too (rewrites.yaml gives them the containers' defaults).
+ */
 function serviceIdentity (call: Call): void {
   const cs = bodyAt(call, 'TaskTemplate', 'ContainerSpec')
   numericUser(str(cs?.User), 'ContainerSpec.User')
   supplementaryGroups(cs?.Groups, 'ContainerSpec.Groups')
+  const pids = bodyAt(call, 'TaskTemplate', 'Resources', 'Limits', 'Pids')
+  if (pids !== undefined && pids !== null && Number(pids) < 0) throw refuse('pids-limit', 'a negative Pids limit removes the tasks\' process limit: not available to tenants')
 }
 
 const containerExec: Handler = async (call) => {
