@@ -17,7 +17,7 @@ import { ConfigError, defaultConfig, loadConfig, type Config } from './config'
 import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
-import { check, runFixtures } from './policy/tool'
+import { check, decidingLines, runFixtures } from './policy/tool'
 
 const HELP = `Usage: portcullis <command> [options]
 
@@ -150,8 +150,12 @@ async function policyCheck (args: string[]): Promise<number> {
   const who = { subject: values.subject, tenant: values.tenant ?? null, roles: (values.roles ?? '').split(',').filter(Boolean) }
   const body = values.body ? fs.readFileSync(values.body) : undefined
   const r = await check(policy, who, positionals[0], positionals[1], body)
+  for (const w of policy.warnings) process.stderr.write(`warning: ${w}\n`)
+  const deciding = decidingLines(r)
   process.stdout.write(`operation: ${r.operation || '(none)'}\ndecision:  ${r.decision}\nrule:      ${r.rule ?? (r.error ? '(refused before policy)' : '(no rule allows it)')}\n` +
     (r.error ? `error:     ${r.error}\n` : '') +
+    (deciding.length ? `why:\n${deciding.map((l) => `  ${l}\n`).join('')}` : '') +
+    (r.facts ? `facts:     ${r.facts.length ? r.facts.join(', ') : '(none set)'}\n` : '') +
     (r.wouldDeny.length ? `would deny (audit mode): ${r.wouldDeny.join(', ')}\n` : '') +
     `rewrites:  ${r.rewrites.length ? r.rewrites.join(', ') : '(none)'}\n` +
     (r.body && r.rewrites.length && r.decision !== 'deny' ? `body sent: ${r.body}\n` : '') +
@@ -161,7 +165,8 @@ async function policyCheck (args: string[]): Promise<number> {
 
 async function policyTest (args: string[]): Promise<number> {
   const dir = args[0] ?? 'policies'
-  const { lines, passed, failed } = await runFixtures(dir)
+  const { lines, passed, failed, warnings } = await runFixtures(dir)
+  for (const w of warnings) process.stderr.write(`warning: ${w}\n`)
   process.stdout.write(lines.join('\n') + `\n${passed} passed, ${failed} failed\n`)
   return failed ? 1 : 0
 }
