@@ -511,6 +511,32 @@ t.test('npm start -- --upstream URL reaches serve', async (t) => {
   t.notOk(fs.existsSync(sock), 'stopped by SIGTERM')
 })
 
+t.test('without an engine: one warning, backoff, a clear 502, and a line when it is back', async (t) => {
+  const dir = tempDir(t, 'pcc-')
+  const missing = path.join(dir, 'engine', 'docker.sock')
+  const sock = path.join(dir, 'gw.sock')
+  const gw = serve(t, ['--config', writeConfig(dir), '--upstream', `unix://${missing}`])
+  await gw.started()
+  const warning = await gw.logged('cannot follow the engine\'s events: ' +
+    `cannot reach the Docker engine at unix://${missing}: ENOENT (no socket there: is the engine running? The gateway forwards to --upstream, else the config file's upstream, else DOCKER_HOST); ` +
+    'ownership cache off, retrying (backoff up to 30 s)')
+  t.match(warning, { level: 40, upstream: `unix://${missing}` }, 'one warning naming the engine and the cause')
+  const answer = await call(sock, '/v1.41/version')
+  t.equal(answer.status, 502, 'a request gets 502')
+  t.match(answer.json(), { message: `cannot reach the Docker engine at unix://${missing}: ENOENT (no socket there` }, 'naming the engine and why')
+  // Attempts at 0, 1, 3, 7 s... ; a line a second was the old behaviour.
+  await sleep(5500)
+  const about = gw.lines().filter((l) => /event/.test(l.msg ?? ''))
+  t.equal(about.length, 1, `over ${5.5 + 0.5} s, one line about the event stream`, { lines: about })
+
+  fs.mkdirSync(path.dirname(missing))
+  fs.symlinkSync(engine().socket, missing)
+  const back = await gw.logged('engine event stream connected again; ownership cache on', 20_000)
+  t.match(back, { level: 30, upstream: `unix://${missing}`, attempts: Number }, 'info when it is back')
+  t.equal((await call(sock, '/v1.41/_ping')).status, 200, 'requests reach the engine')
+  await stopsCleanly(t, gw, sock)
+})
+
 t.test('policy check lists every denying rule with why; a layer that allows nothing is warned about', async (t) => {
   const dir = tempDir(t, 'pcc-pol-')
   fs.cpSync(POLICIES, dir, { recursive: true })
