@@ -104,6 +104,19 @@ t.test('denials explain themselves from the condition and the facts', async (t) 
   })
   t.same(await reasons('PortcullisPolicyList', 'policy', undefined), { 'policy-admin-only': 'roles tenant; role admin' })
   t.same(await reasons('BuildPrune', 'build', undefined), { 'no-build-prune': '; ' }, 'a rule without a condition has nothing to explain')
+
+  // A rule over the body as sent names the field, never its value; an unknown shape is quoted.
+  const dir = copyPolicy()
+  fs.appendFileSync(path.join(dir, 'base.csv'), [
+    'p, tenant, *, ContainerCreate, *, deny, no-secret-env, "anyStartsWith(r.obj.body.Env, \'AWS_SECRET\')"',
+    'p, tenant, *, ContainerCreate, *, deny, odd-shape, "r.obj.memory * 2 > 100"',
+  ].join('\n') + '\n')
+  const custom = await loadPolicy(dir)
+  const ev = await custom.evaluate(who, { op: 'ContainerCreate', kind: 'container', resource: '', query: new URLSearchParams(), body: { Image: 'x', Env: ['AWS_SECRET_KEY=pcp-hidden'], HostConfig: { Memory: 1 << 20 } } })
+  const why = Object.fromEntries((await custom.trace(who, 'ContainerCreate', 'container', ev.input)).flatMap((l) => l.deniedBy).map((m) => [m.rule, m.reason]))
+  t.same(why['no-secret-env'], { matched: ['body.Env (value not shown)'], allowed: ['body.Env not starting with AWS_SECRET'] }, 'the body field is named, its value is not')
+  t.same(why['odd-shape'], { matched: ['the condition r.obj.memory * 2 > 100'], allowed: [] }, 'a condition of another shape is quoted as written')
+  t.notMatch(JSON.stringify(why), /pcp-hidden/)
 })
 
 t.test('an enforce-mode file without an allow rule is a warning: it denies everything', async (t) => {
