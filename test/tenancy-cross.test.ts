@@ -677,7 +677,7 @@ async function check (t: Test, c: Case, op: Operation, version: string, f: Form)
     }
     case 'denied': {
       t.equal(r.status, 403, `${name}: denied`, diag)
-      t.match(r.message, e.by === 'policy' ? /denied by .* for subject bob in tenant team-b$/ : /\(rule [\w-]+\)$/, `${name}: denied by the ${e.by}`, diag)
+      t.match(r.message, e.by === 'policy' ? /denied by .* for subject bob in tenant team-b: / : /\(rule [\w-]+\)$/, `${name}: denied by the ${e.by}`, diag)
       break
     }
     case 'conflict': {
