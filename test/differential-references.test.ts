@@ -12,12 +12,11 @@
  * is part of `npm test`; `PCX_DIFF_RUNS=5000 node dist/test/differential-references.test.js`
  * runs a longer one.
  */
-import http from 'node:http'
 import { randomBytes } from 'node:crypto'
 import fc from 'fast-check'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, startTestGateway, type TestGateway } from './helpers/gateway'
+import { engine, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
 
 const RUNS = Number(process.env.PCX_DIFF_RUNS ?? 150)
 const SECRET = randomBytes(32).toString('hex')
@@ -28,31 +27,10 @@ const TENANT_LABEL = 'io.portcullis.tenant'
 const IMAGE = engine().image
 const TOKEN = jwt.sign({ sub: 'alice', tenant: TA, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 
-interface Reply { status: number, json: any }
-async function request (socketPath: string, method: string, path: string, body?: unknown, token?: string): Promise<Reply> {
-  const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
-  const headers: Record<string, string | number> = {}
-  if (data) { headers['content-type'] = 'application/json'; headers['content-length'] = data.length }
-  if (token) headers.authorization = `Bearer ${token}`
-  return await new Promise((resolve, reject) => {
-    const req = http.request({ socketPath, method, path, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString()
-        let json: any
-        try { json = JSON.parse(text) } catch { json = text }
-        resolve({ status: res.statusCode ?? 0, json })
-      })
-    })
-    req.on('error', reject)
-    req.end(data)
-  })
-}
 
 let gw: TestGateway
-const direct = async (method: string, path: string, body?: unknown): Promise<Reply> => await request(engine().socket, method, path, body)
-const asA = async (method: string, path: string, body?: unknown): Promise<Reply> => await request(gw.socket, method, path, body, TOKEN)
+const direct = async (method: string, path: string, body?: object): Promise<RawReply> => await request(engine().socket, method, path, body)
+const asA = async (method: string, path: string, body?: object): Promise<RawReply> => await request(gw.socket, method, path, body, { token: TOKEN })
 
 interface Obj { id: string, name: string, tenant: string | null }
 const containers: Obj[] = []

@@ -12,11 +12,10 @@
  *   `fromSrc=-`: the registry allow-list applies;
  * - a build `remote` other than the context in the body (git and URL forms) is refused.
  */
-import http from 'node:http'
 import { randomBytes } from 'node:crypto'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, startTestGateway, type TestGateway } from './helpers/gateway'
+import { engine, request, startTestGateway, tarOf, type RawReply, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
@@ -25,49 +24,15 @@ const OWNER = { 'io.portcullis.tenant': TA, 'io.portcullis.subject': 'alice' }
 const IMAGE = engine().image
 const TOKEN = jwt.sign({ sub: 'alice', tenant: TA, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 
-interface Reply { status: number, text: string, json: any }
-async function request (socketPath: string, method: string, path: string, body?: Buffer | object, token?: string, contentType = 'application/json'): Promise<Reply> {
-  const data = body === undefined ? undefined : Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body))
-  const headers: Record<string, string | number> = {}
-  if (data) { headers['content-type'] = contentType; headers['content-length'] = data.length }
-  if (token) headers.authorization = `Bearer ${token}`
-  return await new Promise((resolve, reject) => {
-    const req = http.request({ socketPath, method, path, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString()
-        let json: any
-        try { json = JSON.parse(text) } catch { json = undefined }
-        resolve({ status: res.statusCode ?? 0, text, json })
-      })
-    })
-    req.on('error', reject)
-    req.end(data)
-  })
-}
 let gw: TestGateway
-const asA = async (method: string, path: string, body?: Buffer | object, contentType?: string): Promise<Reply> => await request(gw.socket, method, path, body, TOKEN, contentType)
-const direct = async (method: string, path: string, body?: object): Promise<Reply> => await request(engine().socket, method, path, body)
+const asA = async (method: string, path: string, body?: Buffer | object, contentType?: string): Promise<RawReply> => await request(gw.socket, method, path, body, { token: TOKEN, contentType })
+const direct = async (method: string, path: string, body?: object): Promise<RawReply> => await request(engine().socket, method, path, body)
 const imageLabels = async (ref: string): Promise<Record<string, string> | undefined> => {
   const r = await direct('GET', `/images/${ref}/json`)
   return r.status === 200 ? r.json.Config?.Labels ?? {} : undefined
 }
 
-/** A one-file tar archive (a root filesystem to import). */
-function tar (name: string, content: string): Buffer {
-  const data = Buffer.from(content)
-  const h = Buffer.alloc(512)
-  h.write(name, 0, 100)
-  h.write('0000644\0', 100); h.write('0000000\0', 108); h.write('0000000\0', 116)
-  h.write(data.length.toString(8).padStart(11, '0') + '\0', 124)
-  h.write(Math.floor(Date.now() / 1000).toString(8).padStart(11, '0') + '\0', 136)
-  h.write('        ', 148); h.write('0', 156); h.write('ustar\0', 257); h.write('00', 263)
-  let sum = 0
-  for (const b of h) sum += b
-  h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148)
-  return Buffer.concat([h, data, Buffer.alloc((512 - (data.length % 512)) % 512), Buffer.alloc(1024)])
-}
+const tar = (name: string, content: string): Buffer => tarOf({ [name]: content })
 
 let box = ''
 const images: string[] = []

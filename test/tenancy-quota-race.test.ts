@@ -7,58 +7,28 @@
  * tenant can create again.
  */
 import { randomBytes } from 'node:crypto'
-import fs from 'node:fs'
-import http from 'node:http'
-import os from 'node:os'
-import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, POLICIES, startTestGateway, type TestGateway } from './helpers/gateway'
+import { engine, startTestGateway, type TestGateway, policiesWithQuota, request, type RawReply } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const TENANT = `race-${randomBytes(3).toString('hex')}`
 const TOKEN = jwt.sign({ sub: 'rita', tenant: TENANT, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 const IMAGE = engine().image
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcr-'))
-const policyDir = path.join(tmp, 'policies')
-fs.cpSync(POLICIES, policyDir, { recursive: true })
-const tenancyFile = path.join(policyDir, 'tenancy.yaml')
-fs.writeFileSync(tenancyFile, fs.readFileSync(tenancyFile, 'utf8').replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${TENANT}: { containers: 3, memory: 1GiB }`))
+const policyDir = policiesWithQuota(TENANT, '{ containers: 3, memory: 1GiB }')
 
-interface Reply { status: number, json: any }
-async function request (socketPath: string, method: string, p: string, body?: object, token?: string): Promise<Reply> {
-  const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
-  const headers: Record<string, string | number> = {}
-  if (data) { headers['content-type'] = 'application/json'; headers['content-length'] = data.length }
-  if (token) headers.authorization = `Bearer ${token}`
-  return await new Promise((resolve, reject) => {
-    const req = http.request({ socketPath, method, path: p, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString()
-        let json: any
-        try { json = JSON.parse(text) } catch { json = text }
-        resolve({ status: res.statusCode ?? 0, json })
-      })
-    })
-    req.on('error', reject)
-    req.end(data)
-  })
-}
 let gw: TestGateway
 const mine = async (): Promise<string[]> => {
   const filters = encodeURIComponent(JSON.stringify({ label: [`io.portcullis.tenant=${TENANT}`] }))
   return ((await request(engine().socket, 'GET', `/containers/json?all=1&filters=${filters}`)).json as any[]).map((c) => String(c.Id))
 }
-const create = async (memory: number): Promise<Reply> =>
-  await request(gw.socket, 'POST', '/v1.41/containers/create', { Image: IMAGE, Cmd: ['true'], HostConfig: { Memory: memory } }, TOKEN)
+const create = async (memory: number): Promise<RawReply> =>
+  await request(gw.socket, 'POST', '/v1.41/containers/create', { Image: IMAGE, Cmd: ['true'], HostConfig: { Memory: memory } }, { token: TOKEN })
 
 t.before(async () => { gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policyDir) })
 t.teardown(async () => {
   for (const id of await mine()) await request(engine().socket, 'DELETE', `/containers/${id}?force=1`)
   await gw?.close()
-  fs.rmSync(tmp, { recursive: true, force: true })
 })
 
 t.test('12 concurrent creates against a quota of 3 containers', async (t) => {

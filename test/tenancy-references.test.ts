@@ -14,11 +14,10 @@
  *   the gateway checked (links keep their alias).
  * - Tenants cannot take names shaped like ids.
  */
-import http from 'node:http'
 import { randomBytes } from 'node:crypto'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, startTestGateway, type TestGateway } from './helpers/gateway'
+import { engine, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
@@ -28,30 +27,9 @@ const TENANT_LABEL = 'io.portcullis.tenant'
 const IMAGE = engine().image
 const TOKEN = jwt.sign({ sub: 'alice', tenant: TA, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 
-interface Reply { status: number, json: any }
-async function request (socketPath: string, method: string, path: string, body?: unknown, token?: string): Promise<Reply> {
-  const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
-  const headers: Record<string, string | number> = {}
-  if (data) { headers['content-type'] = 'application/json'; headers['content-length'] = data.length }
-  if (token) headers.authorization = `Bearer ${token}`
-  return await new Promise((resolve, reject) => {
-    const req = http.request({ socketPath, method, path, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString()
-        let json: any
-        try { json = JSON.parse(text) } catch { json = text }
-        resolve({ status: res.statusCode ?? 0, json })
-      })
-    })
-    req.on('error', reject)
-    req.end(data)
-  })
-}
 let gw: TestGateway
-const asA = async (method: string, path: string, body?: unknown): Promise<Reply> => await request(gw.socket, method, path, body, TOKEN)
-const direct = async (method: string, path: string, body?: unknown): Promise<Reply> => await request(engine().socket, method, path, body)
+const asA = async (method: string, path: string, body?: object): Promise<RawReply> => await request(gw.socket, method, path, body, { token: TOKEN })
+const direct = async (method: string, path: string, body?: object): Promise<RawReply> => await request(engine().socket, method, path, body)
 
 const made: Array<[string, string]> = []
 async function directContainer (name: string, tenant: string, extra: object = {}): Promise<string> {

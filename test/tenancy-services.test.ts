@@ -7,50 +7,21 @@
  * - quotas count the tasks each mode can run at once: replicated (replicas), global and
  *   global jobs (one per node), replicated jobs (MaxConcurrent, at most TotalCompletions).
  */
-import http from 'node:http'
-import fs from 'node:fs'
-import os from 'node:os'
-import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { POLICIES, startTestGateway, swarmEngine, type TestGateway } from './helpers/gateway'
+import { startTestGateway, swarmEngine, type TestGateway, policiesWithQuota, request, type RawReply } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
 const TENANT = `svc-${RUN}`
 const IMAGE = swarmEngine().image
 const TOKEN = jwt.sign({ sub: 'sam', tenant: TENANT, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcs-'))
-const policyDir = path.join(tmp, 'policies')
-fs.cpSync(POLICIES, policyDir, { recursive: true })
-const tenancyFile = path.join(policyDir, 'tenancy.yaml')
-fs.writeFileSync(tenancyFile, fs.readFileSync(tenancyFile, 'utf8').replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${TENANT}: { containers: 2, memory: 4GiB }`))
+const policyDir = policiesWithQuota(TENANT, '{ containers: 2, memory: 4GiB }')
 
-interface Reply { status: number, text: string, json: any }
-async function request (socketPath: string, method: string, target: string, body?: object, token?: string): Promise<Reply> {
-  const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
-  const headers: Record<string, string | number> = {}
-  if (data) { headers['content-type'] = 'application/json'; headers['content-length'] = data.length }
-  if (token) headers.authorization = `Bearer ${token}`
-  return await new Promise((resolve, reject) => {
-    const req = http.request({ socketPath, method, path: target, headers }, (res) => {
-      const chunks: Buffer[] = []
-      res.on('data', (c: Buffer) => chunks.push(c))
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString()
-        let json: any
-        try { json = JSON.parse(text) } catch { json = undefined }
-        resolve({ status: res.statusCode ?? 0, text, json })
-      })
-    })
-    req.on('error', reject)
-    req.end(data)
-  })
-}
 let gw: TestGateway
-const asT = async (method: string, target: string, body?: object): Promise<Reply> => await request(gw.socket, method, target, body, TOKEN)
-const direct = async (method: string, target: string): Promise<Reply> => await request(swarmEngine().socket, method, target)
+const asT = async (method: string, target: string, body?: object): Promise<RawReply> => await request(gw.socket, method, target, body, { token: TOKEN })
+const direct = async (method: string, target: string): Promise<RawReply> => await request(swarmEngine().socket, method, target)
 const services: string[] = []
 const spec = (name: string, extra: object = {}, containerSpec: object = {}): object => ({
   Name: `svc-${RUN}-${name}`,
@@ -62,7 +33,6 @@ t.before(async () => { gw = await startTestGateway(`auth: { jwt: { secret: ${SEC
 t.teardown(async () => {
   for (const id of services) await direct('DELETE', `/services/${id}`)
   await gw?.close()
-  fs.rmSync(tmp, { recursive: true, force: true })
 })
 
 t.test('a service without limits gets the containers\' defaults', async (t) => {

@@ -21,7 +21,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { CLI28, engine, POLICIES, run, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SYSTEM_PYTHON = '/usr/bin/python3'
@@ -483,6 +483,23 @@ t.test('prune as B removes only B\'s stopped containers, unused volumes and netw
 // ---------------------------------------------------------------------------
 // Quotas: a policy directory of this test's own, with a quota for tenant TQ.
 
+/** The quota tenant's docker CLI through `gw`: a step that must work, one that must be refused naming the rule. */
+function quotaSteps (t: Test, gw: TestGateway): { q: (args: string[]) => Promise<RunResult>, ok: (args: string[]) => Promise<void>, refused: (args: string[], rule: string, message: RegExp) => Promise<void> } {
+  const q = async (args: string[]): Promise<RunResult> => await as('q', args, gw.dockerHost)
+  return {
+    q,
+    async ok (args) {
+      const r = await q(args)
+      t.equal(r.code, 0, `docker ${args.join(' ')}`, out(r))
+    },
+    async refused (args, rule, message) {
+      const r = await q(args)
+      t.not(r.code, 0, `docker ${args.join(' ')} fails`)
+      t.match(r.stderr, new RegExp(`${message.source} \\(rule ${rule}\\)`), `${rule}: ${r.stderr.trim().split('\n').pop()}`)
+    },
+  }
+}
+
 t.test('quotas on a plain engine: creates and docker update refused naming the rule', async (t) => {
   const policyDir = path.join(tmp, 'policies')
   fs.cpSync(POLICIES, policyDir, { recursive: true })
@@ -492,16 +509,7 @@ t.test('quotas on a plain engine: creates and docker update refused naming the r
   fs.writeFileSync(tenancy, text.replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${TQ}: { containers: 2, memory: 3GiB, cpus: 1, volumes: 1 }`))
   const qgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policyDir)
   t.teardown(() => qgw.close())
-  const q = async (args: string[]): Promise<RunResult> => await as('q', args, qgw.dockerHost)
-  const ok = async (args: string[]): Promise<void> => {
-    const r = await q(args)
-    t.equal(r.code, 0, `docker ${args.join(' ')}`, out(r))
-  }
-  const refused = async (args: string[], rule: string, message: RegExp): Promise<void> => {
-    const r = await q(args)
-    t.not(r.code, 0, `docker ${args.join(' ')} fails`)
-    t.match(r.stderr, new RegExp(`${message.source} \\(rule ${rule}\\)`), `${rule}: ${r.stderr.trim().split('\n').pop()}`)
-  }
+  const { ok, refused } = quotaSteps(t, qgw)
   const count = async (): Promise<number> => (await truth(TQ)).containers.size
 
   await ok(['run', '-d', '--name', `${Q}-1`, '--memory', '1g', '--cpus', '0.5', IMAGE, 'sleep', '600'])
@@ -553,16 +561,7 @@ t.test('quotas on a swarm manager: docker service scale and update refused namin
     const cs = lines(await direct(['ps', '-aq', '--filter', `label=${TENANT_LABEL}=${TQ}`]))
     if (cs.length) await direct(['rm', '-f', ...cs])
   })
-  const q = async (args: string[]): Promise<RunResult> => await as('q', args, sgw.dockerHost)
-  const ok = async (args: string[]): Promise<void> => {
-    const r = await q(args)
-    t.equal(r.code, 0, `docker ${args.join(' ')}`, out(r))
-  }
-  const refused = async (args: string[], rule: string, message: RegExp): Promise<void> => {
-    const r = await q(args)
-    t.not(r.code, 0, `docker ${args.join(' ')} fails`)
-    t.match(r.stderr, new RegExp(`${message.source} \\(rule ${rule}\\)`), `${rule}: ${r.stderr.trim().split('\n').pop()}`)
-  }
+  const { q, ok, refused } = quotaSteps(t, sgw)
   await ok(['run', '-d', '--name', `${Q}-1`, '--memory', '1536m', '--cpus', '0.5', IMAGE, 'sleep', '600'])
 
   // Services: replicas count as containers, their limits times replicas as memory and CPUs.

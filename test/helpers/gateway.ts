@@ -4,6 +4,7 @@
  * and a docker CLI runner that can point at either.
  */
 import { spawn } from 'node:child_process'
+import http from 'node:http'
 import { createHash, randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -128,4 +129,68 @@ export function dechunk (data: Buffer): Buffer {
 /** Poll `check` every 100 ms until it holds or `timeoutMs` passes (the caller asserts afterwards). */
 export async function waitUntil (check: () => boolean, timeoutMs = 5000): Promise<void> {
   for (const end = Date.now() + timeoutMs; !check() && Date.now() < end;) await new Promise((resolve) => setTimeout(resolve, 100))
+}
+
+export interface RawReply { status: number, text: string, json: any }
+
+/**
+ * One HTTP request on a unix socket (the gateway's or the engine's): a JSON body unless a
+ * Buffer is given (then `contentType`), a bearer token if given; the whole answer read.
+ */
+export async function request (socketPath: string, method: string, target: string, body?: Buffer | object, opts: { token?: string, contentType?: string } = {}): Promise<RawReply> {
+  const data = body === undefined ? undefined : Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body))
+  const headers: Record<string, string | number> = {}
+  if (data) { headers['content-type'] = opts.contentType ?? 'application/json'; headers['content-length'] = data.length }
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`
+  return await new Promise((resolve, reject) => {
+    const req = http.request({ socketPath, method, path: target, headers }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (c: Buffer) => chunks.push(c))
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString()
+        let json: any
+        try { json = JSON.parse(text) } catch { json = undefined }
+        resolve({ status: res.statusCode ?? 0, text, json })
+      })
+    })
+    req.on('error', reject)
+    req.end(data)
+  })
+}
+
+/** A copy of the shipped policies whose tenancy.yaml gives `tenant` the quota `quota` (YAML flow mapping); removed at exit. */
+export function policiesWithQuota (tenant: string, quota: string): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcq-'))
+  process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }))
+  fs.cpSync(POLICIES, dir, { recursive: true })
+  const file = path.join(dir, 'tenancy.yaml')
+  const text = fs.readFileSync(file, 'utf8')
+  if (!/^ {2}tenants: \{\}$/m.test(text)) throw new Error('the shipped tenancy.yaml has per-tenant quotas already')
+  fs.writeFileSync(file, text.replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${tenant}: ${quota}`))
+  return dir
+}
+
+/** A tar archive of small regular files (a root filesystem, a build context). */
+export function tarOf (files: Record<string, string>): Buffer {
+  const blocks: Buffer[] = []
+  for (const [name, content] of Object.entries(files)) {
+    const data = Buffer.from(content)
+    const h = Buffer.alloc(512)
+    h.write(name, 0, 100)
+    h.write('0000644\0', 100)
+    h.write('0000000\0', 108)
+    h.write('0000000\0', 116)
+    h.write(data.length.toString(8).padStart(11, '0') + '\0', 124)
+    h.write(Math.floor(Date.now() / 1000).toString(8).padStart(11, '0') + '\0', 136)
+    h.write('        ', 148)
+    h.write('0', 156)
+    h.write('ustar\0', 257)
+    h.write('00', 263)
+    let sum = 0
+    for (const b of h) sum += b
+    h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148)
+    blocks.push(h, data, Buffer.alloc((512 - (data.length % 512)) % 512))
+  }
+  blocks.push(Buffer.alloc(1024))
+  return Buffer.concat(blocks)
 }

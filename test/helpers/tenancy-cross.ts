@@ -22,7 +22,7 @@ import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
 import { operations, type Operation } from '../../src/gateway/catalog/operations'
 import { TEST_IMAGE, type EngineInfo } from '../engine/engine'
-import { dechunk, engine as plainEngine, startTestGateway, swarmEngine, uniqueName, type TestGateway } from './gateway'
+import { dechunk, engine as plainEngine, startTestGateway, swarmEngine, tarOf, uniqueName, type TestGateway } from './gateway'
 
 // Run twice, by test/tenancy-cross (the plain engine, as most users run Docker) and
 // test/tenancy-cross-swarm (the swarm-mode engine, where services, tasks, secrets,
@@ -186,30 +186,7 @@ async function directJson (target: string): Promise<any> {
   return r.json
 }
 
-/** A tar archive of small files (for archive uploads, build contexts, imports). */
-function tar (files: Record<string, string>): Buffer {
-  const blocks: Buffer[] = []
-  for (const [name, content] of Object.entries(files)) {
-    const data = Buffer.from(content)
-    const h = Buffer.alloc(512)
-    h.write(name, 0, 100)
-    h.write('0000644\0', 100)
-    h.write('0000000\0', 108)
-    h.write('0000000\0', 116)
-    h.write(data.length.toString(8).padStart(11, '0') + '\0', 124)
-    h.write(Math.floor(Date.now() / 1000).toString(8).padStart(11, '0') + '\0', 136)
-    h.write('        ', 148)
-    h.write('0', 156)
-    h.write('ustar\0', 257)
-    h.write('00', 263)
-    let sum = 0
-    for (const b of h) sum += b
-    h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148)
-    blocks.push(h, data, Buffer.alloc((512 - (data.length % 512)) % 512))
-  }
-  blocks.push(Buffer.alloc(1024))
-  return Buffer.concat(blocks)
-}
+const tar = tarOf
 
 const q = (v: unknown): string => encodeURIComponent(typeof v === 'string' ? v : JSON.stringify(v))
 const hex = (n: number): string => randomBytes(Math.ceil(n / 2)).toString('hex').slice(0, n)
