@@ -367,7 +367,8 @@ async function ensureSwarm(info: EngineInfo): Promise<void> {
   }
 }
 
-async function ensureImage(info: EngineInfo): Promise<void> {
+/** Imports the busybox test image through the engine's API (also used for the Podman engine, test/engine/podman.ts). */
+export async function ensureImage(info: EngineInfo): Promise<void> {
   if ((await api(info.socket, 'GET', `/images/${info.image}/json`)).status === 200) return;
   const root = path.join(info.dir, 'image-rootfs');
   const tar = path.join(info.dir, 'image.tar');
@@ -394,10 +395,11 @@ async function ensureImage(info: EngineInfo): Promise<void> {
 /**
  * What the tests need from Debian: the engine, the busybox the test image is made of,
  * the real clients the compatibility tests drive (docker-py and compose 1.29), and a
- * registry with htpasswd authentication (test/helpers/registry.ts).
+ * registry with htpasswd authentication (test/helpers/registry.ts), and Podman, the second
+ * engine implementation test/podman.test.ts puts behind the gateway (test/engine/podman.ts).
  */
 // busybox-static, not busybox: only its /bin/busybox can be copied into an empty image.
-const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils'];
+const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils', 'podman'];
 
 // Two engines start at once: one apt run for both.
 let packagesReady: Promise<void> | undefined;
