@@ -16,6 +16,7 @@ import { Call, type ResponseFilter } from './call'
 import { Credentials } from './credentials'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
+import { podmanMissing, type MissingRef } from './podman'
 
 export { Credentials, loadCredentials } from './credentials'
 export type { ResponseFilter } from './call'
@@ -57,7 +58,11 @@ export class Tenancy {
       throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
     }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)
-    await handler(call)
+    try {
+      await handler(call)
+    } catch (err) {
+      throw await this.asEngineAnswers(err)
+    }
     return {
       ...(call.paramsChanged || call.queryChanged ? { url: buildUrl(target, call.params, call.queryChanged ? call.query : null) } : {}),
       ...(call.bodyChanged ? { body: call.body } : {}),
@@ -65,6 +70,13 @@ export class Tenancy {
       setHeaders: call.setHeaders,
       ...(call.respond ? { respond: call.respond } : {}),
     }
+  }
+
+  /** Another tenant's object answers as a missing one, in the words of the engine behind the gateway. */
+  private async asEngineAnswers (err: unknown): Promise<unknown> {
+    const m = (err as { missing?: MissingRef }).missing
+    if (!m || !(err instanceof GatewayError) || await this.resolver.engine() !== 'podman') return err
+    return Object.assign(new GatewayError(err.code, err.message, { answer: podmanMissing(m) }), { tenancyRule: (err as { tenancyRule?: string }).tenancyRule })
   }
 
   close (): void { this.stopWatching() }

@@ -13,8 +13,10 @@
 import type { Logger } from 'pino'
 import { jsonLines } from '../body'
 import { GatewayError } from '../errors'
+import { upstreamError } from '../forward'
 import { engineJson, type Upstream } from '../upstream'
 import { serializeFilters, withLabel } from './filters'
+import { engineKindOf, PODMAN_DEFAULT_NETWORK, type EngineKind } from './podman'
 
 export const TENANT_LABEL = 'io.portcullis.tenant'
 export const SUBJECT_LABEL = 'io.portcullis.subject'
@@ -34,6 +36,11 @@ const SWARM_ID = /^[0-9a-z]{25}$/
 /** Networks every engine has; tenants may attach to bridge and none, and nobody owns them. */
 export const PREDEFINED_NETWORKS = new Set(['bridge', 'host', 'none'])
 
+/** A predefined network's name; under Podman also its default network's own name (podman.ts). */
+export function isPredefinedNetwork (name: unknown, engine: EngineKind): boolean {
+  return typeof name === 'string' && (PREDEFINED_NETWORKS.has(name) || (engine === 'podman' && name === PODMAN_DEFAULT_NETWORK))
+}
+
 export function ownerOf (labels: Labels): string | null {
   const v = labels?.[TENANT_LABEL]
   return typeof v === 'string' ? v : null
@@ -46,6 +53,8 @@ export class OwnerCache {
   private readonly parents = new Map<string, string>()
   private readonly limitsOf = new Map<string, Limits>()
   live = false
+  /** Which engine answers, read again from every answer of the event stream (kept across clear()). */
+  engine: EngineKind | undefined
 
   get (id: string): string | null | undefined { return this.live ? this.owners.get(id) : undefined }
   set (id: string, owner: string | null): void { if (this.live && this.owners.size < 100_000) this.owners.set(id, owner) }
@@ -123,6 +132,7 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger)
         const res = await upstream.pool.request({ method: 'GET', path: '/events', headers: upstream.host ? { host: upstream.host } : {}, signal: abort.signal })
         if (res.statusCode !== 200) throw new Error(`events answered ${res.statusCode}`)
         cache.clear()
+        cache.engine = engineKindOf(res.headers)
         cache.live = true
         for await (const { value } of jsonLines(res.body)) {
           const ev = value as { Type?: unknown, Action?: unknown, Actor?: { ID?: unknown, Attributes?: unknown } } | null | undefined
@@ -132,9 +142,11 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger)
           const id = ev.Actor?.ID
           if (typeof id !== 'string' || id === '') continue
           if (EVICTING.has(action)) cache.evict(id)
-          if (ev.Type === 'container' && (action === 'create' || action === 'destroy')) {
+          // Podman reports a container's removal as `remove`, where dockerd says `destroy`.
+          const containerAction = action === 'remove' ? 'destroy' : action
+          if (ev.Type === 'container' && (containerAction === 'create' || containerAction === 'destroy')) {
             const attributes = ev.Actor?.Attributes
-            cache.containerEvent(action, id, attributes !== null && typeof attributes === 'object' ? attributes as Record<string, unknown> : {})
+            cache.containerEvent(containerAction, id, attributes !== null && typeof attributes === 'object' ? attributes as Record<string, unknown> : {})
           }
         }
       } catch (err) {
@@ -154,6 +166,20 @@ function enc (s: string): string { return encodeURIComponent(s) }
 
 export class Resolver {
   constructor (private readonly upstream: Upstream, readonly cache: OwnerCache) {}
+
+  /** Which engine answers: read from the event stream's answer, else asked once with a ping. */
+  async engine (): Promise<EngineKind> {
+    if (this.cache.engine) return this.cache.engine
+    let res
+    try {
+      res = await this.upstream.pool.request({ method: 'GET', path: '/_ping', headers: this.upstream.host ? { host: this.upstream.host } : {}, signal: AbortSignal.timeout(30_000) })
+    } catch (err) {
+      throw upstreamError(err, this.upstream.url)
+    }
+    await res.body.dump()
+    this.cache.engine = engineKindOf(res.headers)
+    return this.cache.engine
+  }
 
   async get (path: string): Promise<{ status: number, body: any }> {
     const r = await this.probe(path)
@@ -250,7 +276,7 @@ export class Resolver {
     if (m) return { state: 'own', ...m }
     // The predefined networks are nobody's: visible (and attachable, as policy allows) to all.
     const r = await this.get(`/networks/${enc(ref)}`)
-    if (r.status === 200 && PREDEFINED_NETWORKS.has(r.body?.Name) && ownerOf(r.body?.Labels) === null && (r.body?.Scope === 'local')) {
+    if (r.status === 200 && isPredefinedNetwork(r.body?.Name, await this.engine()) && ownerOf(r.body?.Labels) === null && (r.body?.Scope === 'local')) {
       return { state: 'shared', id: String(r.body.Id), name: String(r.body.Name) }
     }
     return { state: 'missing' }
@@ -314,7 +340,12 @@ export class Resolver {
    * them (an image built or committed by that tenant).
    */
   async image (ref: string, tenant: string): Promise<Resolution | { readonly state: 'foreign' }> {
-    const r = await this.get(`/images/${ref.split('/').map(enc).join('/')}/json`)
+    const path = `/images/${ref.split('/').map(enc).join('/')}/json`
+    const r = await this.probe(path)
+    // Podman 4 refuses a 64-digit hex string that is no image's id with a 500 while normalizing it as a name.
+    if (r.status >= 500 && !/cannot specify 64-byte hexadecimal strings/.test(String(r.body?.message))) {
+      throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path}`)
+    }
     if (r.status !== 200) return { state: 'missing' }
     const owner = ownerOf(r.body?.Config?.Labels)
     if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }

@@ -14,7 +14,7 @@ import { GatewayError } from '../errors'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
-import { ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
+import { isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 
@@ -312,9 +312,18 @@ const imageGetAll: Handler = async (call) => {
 // ---------------------------------------------------------------------------------
 // Networks and volumes
 
+/**
+ * The id to send for a network: its full id, except for a predefined network named by
+ * its name (names no tenant can hold: engines refuse to create them). Podman gives its
+ * default network the name `bridge` only when it is asked for by that name.
+ */
+function networkRef (call: Call, res: Found, ref: string): string {
+  return res.state === 'shared' && ref === res.name ? ref : res.id
+}
+
 const networkInspect: Handler = async (call) => {
   const res = await ownOrSharedNetwork(call, call.params.id)
-  call.setParam('id', res.id)
+  call.setParam('id', networkRef(call, res, call.params.id))
   if (res.state === 'shared') {
     // A predefined network lists everyone's containers: only the tenant's own are shown.
     const mine = new Set((await call.r.ownList('container', call.tenant)).map((c) => String(c.Id)))
@@ -324,7 +333,7 @@ const networkInspect: Handler = async (call) => {
 
 const networkConnect: Handler = async (call) => {
   const res = await ownOrSharedNetwork(call, call.params.id)
-  call.setParam('id', res.id)
+  call.setParam('id', networkRef(call, res, call.params.id))
   const c = str(bodyAt(call, 'Container'))
   // The engine answers a missing container to connect or disconnect with its 404.
   const forced = call.op.id === 'NetworkDisconnect' && bodyAt(call, 'Force') === true
@@ -341,7 +350,21 @@ const networkCreate: Handler = async (call) => {
 }
 
 const networkList: Handler = async (call) => {
-  call.respond = { kind: 'json', transform: (body) => list(body).filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && PREDEFINED_NETWORKS.has(n?.Name) && n?.Scope === 'local')) }
+  const engine = await call.r.engine()
+  call.respond = { kind: 'json', transform: (body) => list(body).filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && isPredefinedNetwork(n?.Name, engine) && n?.Scope === 'local')) }
+}
+
+/**
+ * Podman (4.3) prunes a volume when ANY of the prune's filter terms matches it, where
+ * dockerd requires all: the owner label ANDed with a client's `label=x` or `until=`
+ * would prune other tenants' volumes. Under Podman a tenant's volume prune takes no
+ * filters of its own.
+ */
+const volumePrune: Handler = async (call) => {
+  if (parseFilters(call.query).size > 0 && await call.r.engine() === 'podman') {
+    throw refuse('podman-volume-prune', 'Podman prunes every volume that matches any one filter term: a tenant\'s volume prune takes no filters on this engine')
+  }
+  await labelFiltered()(call)
 }
 
 const volumeCreate: Handler = async (call) => {
@@ -526,7 +549,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   VolumeInspect: owned('volume', 'name'),
   VolumeUpdate: owned('volume', 'name'),
   VolumeDelete: owned('volume', 'name'),
-  VolumePrune: labelFiltered(),
+  VolumePrune: volumePrune,
   // Networks
   NetworkList: networkList,
   NetworkInspect: networkInspect,

@@ -3,7 +3,7 @@
  * SystemDataUsage's objects, and the event stream.
  */
 import { list, type Call } from './call'
-import { ownerOf, PREDEFINED_NETWORKS, TENANT_LABEL } from './lookup'
+import { isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
 
 
 /** The zero value of a field's type, so that clients still find the field. */
@@ -90,16 +90,18 @@ export function filterEvents (call: Call): (event: any) => Promise<boolean> {
     } catch { mine = false }
     return remember(`${kind}:${id}`, mine)
   }
+  const engine = call.r.engine().catch(() => 'docker' as const)
   return async (ev: any): Promise<boolean> => {
     const attrs = ev?.Actor?.Attributes ?? {}
     const id = String(ev?.Actor?.ID ?? ev?.id ?? '')
     switch (ev?.Type) {
       case 'container': return attrs[TENANT_LABEL] === call.tenant
       case 'image': return attrs[TENANT_LABEL] === call.tenant
-      case 'volume': return ownBy('volume', id)
+      // Podman's volume events carry no id: the volume's name is an attribute.
+      case 'volume': return ownBy('volume', id || String(attrs.name ?? ''))
       case 'network': {
         if (await ownBy('network', id)) return true
-        if (!PREDEFINED_NETWORKS.has(attrs.name) || !attrs.container) return false
+        if (!isPredefinedNetwork(attrs.name, await engine) || !attrs.container) return false
         const known = seen.get(`container:${attrs.container}`)
         if (known !== undefined) return known
         return remember(`container:${attrs.container}`, (await call.r.container(attrs.container, call.tenant).catch(() => ({ state: 'missing' }))).state === 'own')
