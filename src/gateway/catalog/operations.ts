@@ -9,11 +9,16 @@
  * A path parameter written `{name*}` may span several segments, as in the engine's
  * own router (`/images/{name:.*}/json`): image references (`localhost:5000/team/app:1`)
  * and plugin references contain slashes.
+ *
+ * Podman's own API (`/v4.3.1/libpod/...`) has rows of its own in libpod.ts, appended here.
  */
+import { libpodRows } from './libpod'
 
 export type ResourceKind =
   | 'container' | 'image' | 'network' | 'volume' | 'exec' | 'node' | 'service' | 'task'
   | 'secret' | 'config' | 'plugin' | 'swarm' | 'system' | 'build' | 'distribution' | 'session'
+  /** Podman's pods (libpod.ts). */
+  | 'pod'
   /** The gateway's own policy admin API (answered by the gateway, never forwarded). */
   | 'policy'
 
@@ -43,6 +48,8 @@ export interface Operation {
   readonly minVersion?: string
   /** Not described in the spec files (engine routes the spec leaves out). */
   readonly unlisted?: boolean
+  /** Podman's own API (libpod.ts): matched only under `/v<libpod version>/libpod/...`. */
+  readonly libpod?: boolean
 }
 
 type Row = [Operation['method'], string, string, ResourceKind, Partial<Omit<Operation, 'id' | 'method' | 'path' | 'kind'>>?]
@@ -188,7 +195,7 @@ const rows: Row[] = [
   ['DELETE', '/_portcullis/policy', 'PortcullisPolicyRemove', 'policy', { body: 'json', unlisted: true }],
 ]
 
-export const operations: readonly Operation[] = Object.freeze(rows.map(([method, path, id, kind, extra]) => {
+export const operations: readonly Operation[] = Object.freeze([...rows, ...libpodRows].map(([method, path, id, kind, extra]) => {
   const param = /\{(\w+)\*?\}/.exec(path)?.[1]
   const op: Operation = { id, method, path, kind, body: 'none', streams: false, ...(param ? { param } : {}), ...extra }
   return Object.freeze(op)

@@ -54,7 +54,7 @@ export class Tenancy {
     const op = target.operation
     const handler = handlers[op.id]
     if (!handler) throw new GatewayError('FORBIDDEN', `${op.id} has no tenant scoping; refused for subject ${identity.subject}`)
-    if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion'].includes(op.id)) {
+    if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion', 'SystemPingLibpod', 'SystemPingHeadLibpod', 'SystemVersionLibpod'].includes(op.id)) {
       throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
     }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)

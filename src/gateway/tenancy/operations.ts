@@ -17,6 +17,7 @@ import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images
 import { isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
+import { libpodHandlers } from './libpod'
 
 export type Handler = (call: Call) => Promise<void>
 
@@ -24,7 +25,7 @@ export type Handler = (call: Call) => Promise<void>
 // ---------------------------------------------------------------------------------
 // Building blocks
 
-type Resolvable = Exclude<ObjectKind, 'image'>
+export type Resolvable = Exclude<ObjectKind, 'image'>
 
 async function resolve (call: Call, kind: Resolvable, ref: string): Promise<Resolution> {
   switch (kind) {
@@ -146,7 +147,7 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
   return { newVolumes }
 }
 
-type Found = Exclude<Resolution, { state: 'missing' }>
+export type Found = Exclude<Resolution, { state: 'missing' }>
 
 async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'body' = 'path'): Promise<Found> {
   const res = await call.r.network(ref, call.tenant)
@@ -611,4 +612,6 @@ export const handlers: Readonly<Record<string, Handler>> = {
   DistributionInspect: distributionInspect,
   Session: open,
   Grpc: denied('no-buildkit-grpc', 'BuildKit\'s direct gRPC control (buildx) names images and outputs the gateway cannot inspect; use docker build'),
+  // Podman's own API (libpod.ts), scoped with the same building blocks
+  ...libpodHandlers({ own, owned, denied, open, labelFiltered, keepOwn, stamp, nameFree, nameTaken, ownOrSharedNetwork, networkRef, mustBeInNamespace, registryAuth, volumePrune }),
 }

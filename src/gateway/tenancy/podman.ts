@@ -43,12 +43,19 @@ function qualified (ref: string): string {
   return `${p.registry}/${p.path}${p.tag !== undefined ? ':' + p.tag : ''}${p.digest !== undefined ? '@' + p.digest : ''}`
 }
 
-/**
- * Podman's answer for a reference to an object it does not have. Libpod operations
- * (`…Libpod`) answer like their Docker-compatible counterparts.
- */
+/** Podman's answer for a pod it does not have (tenants have none: tenancy/libpod.ts). */
+export function podmanNoPod (ref: string): EngineAnswer {
+  return answer(404, 'no such pod', `no pod with name or ID ${ref} found: no such pod`)
+}
+
+/** Podman's answer for a reference to an object it does not have. */
 export function podmanMissing (m: MissingRef): EngineAnswer {
-  const op = m.opId.replace(/Libpod$/, '')
+  return m.opId.endsWith('Libpod') ? libpodMissing(m) : compatMissing(m)
+}
+
+/** Through the Docker-compatible API. */
+function compatMissing (m: MissingRef): EngineAnswer {
+  const op = m.opId
   const { ref } = m
   const container = `no container with name or ID "${ref}" found: no such container`
   switch (m.kind) {
@@ -84,6 +91,40 @@ export function podmanMissing (m: MissingRef): EngineAnswer {
       if (op === 'ContainerCreate') return answer(404, 'image not known', `no such image: ${name}: image not known`)
       return answer(404, 'image not known', `failed to find image ${ref}: ${name}: image not known`)
     }
+    default:
+      return answer(404, `no such ${m.kind}`, `no such ${m.kind}: ${ref}`)
+  }
+}
+
+/** Through Podman's own API, whose handlers word some answers differently, and never qualify short image names. */
+function libpodMissing (m: MissingRef): EngineAnswer {
+  const { opId: op, ref } = m
+  const container = `no container with name or ID "${ref}" found: no such container`
+  switch (m.kind) {
+    case 'container':
+      // A container named in a create body (volumes_from, a namespace to join): the message also names the field.
+      if (m.where === 'body') return answer(500, 'no such container', container)
+      if (op === 'ContainerExistsLibpod') return answer(404, 'no such container', 'no such container')
+      if (op === 'ContainerHealthcheckLibpod') return answer(404, 'no such container', `unable to look up ${ref} to perform a health check: ${container}`)
+      if (op === 'PutContainerArchiveLibpod') return answer(404, 'no such container', `the container doesn't exists: ${container}`)
+      if (op === 'ContainerChangesLibpod') return answer(500, 'layer not known', `${ref} not found: layer not known`)
+      return answer(404, 'no such container', container)
+    case 'volume':
+      if (op === 'VolumeExistsLibpod') return answer(404, 'no such volume', 'no such volume')
+      if (op === 'VolumeDeleteLibpod') return answer(404, 'no such volume', `no volume with name "${ref}" found: no such volume`)
+      return answer(404, 'no such volume', `volume with name ${ref} not found: no such volume`)
+    case 'network':
+      if (m.where !== 'path') return answer(500, 'network not found', `unable to find network with name or ID ${ref}: network not found`)
+      if (op === 'NetworkInspectLibpod' || op === 'NetworkExistsLibpod') return answer(404, 'network not found', 'network not found')
+      return answer(404, 'network not found', `unable to find network with name or ID ${ref}: network not found`)
+    case 'exec':
+      return answer(404, 'no such exec session', `no exec session with ID ${ref} found: no such exec session`)
+    case 'image':
+      if (op === 'ImageExistsLibpod') return answer(404, `failed to find image ${ref}`, `failed to find image ${ref}`)
+      if (op === 'ImageDeleteLibpod' || op === 'ImageGetLibpod') return answer(404, 'image not known', `${ref}: image not known`)
+      if (op === 'ImagePushLibpod') return answer(400, 'image not known', `pushing image "${ref}": ${ref}: image not known`)
+      if (op === 'ContainerCreateLibpod') return answer(500, 'image not known', `${ref}: image not known`)
+      return answer(404, 'image not known', `failed to find image ${ref}: ${ref}: image not known`)
     default:
       return answer(404, `no such ${m.kind}`, `no such ${m.kind}: ${ref}`)
   }
