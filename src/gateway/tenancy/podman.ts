@@ -121,6 +121,7 @@ function libpodMissing (m: MissingRef): EngineAnswer {
       return answer(404, 'no such exec session', `no exec session with ID ${ref} found: no such exec session`)
     case 'image':
       if (op === 'ImageExistsLibpod') return answer(404, `failed to find image ${ref}`, `failed to find image ${ref}`)
+      if (op === 'ImageChangesLibpod') return answer(500, 'layer not known', `${ref} not found: layer not known`)
       if (op === 'ImageDeleteLibpod' || op === 'ImageGetLibpod') return answer(404, 'image not known', `${ref}: image not known`)
       if (op === 'ImagePushLibpod') return answer(400, 'image not known', `pushing image "${ref}": ${ref}: image not known`)
       if (op === 'ContainerCreateLibpod') return answer(500, 'image not known', `${ref}: image not known`)
