@@ -75,7 +75,8 @@ export class Tenancy {
   /** Another tenant's object answers as a missing one, in the words of the engine behind the gateway. */
   private async asEngineAnswers (err: unknown): Promise<unknown> {
     const m = (err as { missing?: MissingRef }).missing
-    if (!m || !(err instanceof GatewayError) || await this.resolver.engine() !== 'podman') return err
+    // (An engine that cannot be asked which it is keeps the answer it had.)
+    if (!m || !(err instanceof GatewayError) || await this.resolver.engine().catch(() => 'docker') !== 'podman') return err
     return Object.assign(new GatewayError(err.code, err.message, { answer: podmanMissing(m) }), { tenancyRule: (err as { tenancyRule?: string }).tenancyRule })
   }
 
