@@ -31,7 +31,7 @@ import path from 'node:path'
 import { gzipSync } from 'node:zlib'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { CLI20, CLI28, dechunk, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, dechunk, engine, run, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const PREFIX = uniqueName('pcat')
@@ -59,6 +59,8 @@ const BOX = `${PREFIX}-box`
 const FOREIGN = `${PREFIX}-foreign`
 
 let gw: TestGateway
+/** The same gateway configuration in front of the run's swarm-mode engine, for services, secrets and configs. */
+let sgw: TestGateway
 
 // ---------------------------------------------------------------------------------------
 // Talking to the engine directly, and to the gateway as the docker CLI.
@@ -66,9 +68,9 @@ let gw: TestGateway
 /** A JSON document from the engine. */
 type Doc = Record<string, any>
 
-async function direct (method: string, urlPath: string, body?: unknown): Promise<{ status: number, json: Doc }> {
+async function direct (method: string, urlPath: string, body?: unknown, socketPath = engine().socket): Promise<{ status: number, json: Doc }> {
   return await new Promise((resolve, reject) => {
-    const req = http.request({ socketPath: engine().socket, method, path: urlPath, headers: body === undefined ? {} : { 'content-type': 'application/json' } }, (res) => {
+    const req = http.request({ socketPath, method, path: urlPath, headers: body === undefined ? {} : { 'content-type': 'application/json' } }, (res) => {
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
       res.on('end', () => {
@@ -84,9 +86,9 @@ async function direct (method: string, urlPath: string, body?: unknown): Promise
 }
 
 type Kind = 'container' | 'volume' | 'network' | 'image'
-/** A service, secret or config by its exact name, directly on the engine; undefined when there is none. */
+/** A service, secret or config by its exact name, directly on the swarm-mode engine; undefined when there is none. */
 const swarmObject = async (kind: 'services' | 'secrets' | 'configs', name: string): Promise<Doc | undefined> =>
-  ((await direct('GET', `/${kind}?filters=${encodeURIComponent(JSON.stringify({ name: [name] }))}`)).json as Doc[]).find((x) => x.Spec?.Name === name)
+  ((await direct('GET', `/${kind}?filters=${encodeURIComponent(JSON.stringify({ name: [name] }))}`, undefined, swarmEngine().socket)).json as Doc[]).find((x) => x.Spec?.Name === name)
 const OBJECT_PATH: Record<Kind, string> = { container: '/containers', volume: '/volumes', network: '/networks', image: '/images' }
 const inspect = async (kind: Kind, name: string): Promise<Doc> => (await direct('GET', `${OBJECT_PATH[kind]}/${name}${kind === 'container' || kind === 'image' ? '/json' : ''}`)).json
 const exists = async (kind: Kind, name: string): Promise<boolean> =>
@@ -102,11 +104,11 @@ function dockerConfig (token: string): string {
 }
 const TENANT_CONFIG = dockerConfig(MALLORY)
 
-interface CliOpts { stdin?: string | Buffer, cli?: string, env?: NodeJS.ProcessEnv, cwd?: string }
+interface CliOpts { stdin?: string | Buffer, cli?: string, env?: NodeJS.ProcessEnv, cwd?: string, host?: string }
 
-/** The docker CLI (28 unless told) as mallory through the gateway. */
+/** The docker CLI (28 unless told) as mallory through the gateway (in front of the plain engine unless told). */
 async function tenant (args: readonly string[], opts: CliOpts = {}): Promise<RunResult> {
-  return await run(opts.cli ?? CLI28, args, { host: gw.dockerHost, stdin: opts.stdin, cwd: opts.cwd, env: { DOCKER_CONFIG: TENANT_CONFIG, ...opts.env }, timeoutMs: 120_000 })
+  return await run(opts.cli ?? CLI28, args, { host: opts.host ?? gw.dockerHost, stdin: opts.stdin, cwd: opts.cwd, env: { DOCKER_CONFIG: TENANT_CONFIG, ...opts.env }, timeoutMs: 120_000 })
 }
 
 /** The same, asserting that it exits 0; returns stdout. */
@@ -218,10 +220,10 @@ async function snapshot (): Promise<Doc> {
     images: (images as Doc[]).flatMap((i) => (i.RepoTags ?? []) as string[]).filter((tag) => tag.includes(PREFIX)).sort(),
     fixtures,
   }
-  if (info.Swarm?.LocalNodeState === 'active') {
-    for (const kind of ['services', 'secrets', 'configs']) {
-      snap[kind] = ((await direct('GET', `/${kind}`)).json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map((x) => x.Spec?.Name as string).sort()
-    }
+  snap.swarm = info.Swarm?.LocalNodeState
+  // Swarm objects live on the run's swarm-mode engine (the swarm workflows use it).
+  for (const kind of ['services', 'secrets', 'configs']) {
+    snap[kind] = ((await direct('GET', `/${kind}`, undefined, swarmEngine().socket)).json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map((x) => x.Spec?.Name as string).sort()
   }
   return snap
 }
@@ -236,10 +238,12 @@ async function sweep (): Promise<void> {
   for (const tag of (images as Doc[]).flatMap((i) => (i.RepoTags ?? []) as string[]).filter((x) => x.includes(PREFIX))) await remove('image', tag)
   // Services first: a secret or config in use by one cannot be removed.
   for (const kind of ['services', 'secrets', 'configs']) {
-    const list = await direct('GET', `/${kind}`)
+    const list = await direct('GET', `/${kind}`, undefined, swarmEngine().socket)
     if (list.status !== 200) continue
-    await Promise.all((list.json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map(async (x) => await direct('DELETE', `/${kind}/${String(x.ID)}`)))
+    await Promise.all((list.json as Doc[]).filter((x) => ours(x.Spec?.Name ?? '', x.Spec?.Labels)).map(async (x) => await direct('DELETE', `/${kind}/${String(x.ID)}`, undefined, swarmEngine().socket)))
   }
+  const swarmBoxes = (await direct('GET', '/containers/json?all=1', undefined, swarmEngine().socket)).json as Doc[]
+  await Promise.all(swarmBoxes.filter((c) => ours(c.Names.join(' '), c.Labels)).map(async (c) => await direct('DELETE', `/containers/${String(c.Id)}?force=1`, undefined, swarmEngine().socket)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -248,6 +252,7 @@ async function sweep (): Promise<void> {
 const madeDirs: string[] = []
 t.before(async () => {
   gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`)
   for (const dir of ['/srv', '/srv/portcullis', TENANT_DIR, HOST_DIR]) {
     if (!fs.existsSync(dir)) { fs.mkdirSync(dir); madeDirs.push(dir) }
   }
@@ -265,6 +270,7 @@ t.before(async () => {
 t.teardown(async () => {
   await sweep()
   await gw?.close()
+  await sgw?.close()
   fs.rmSync(HOST_DIR, { recursive: true, force: true })
   for (const dir of madeDirs.reverse()) { try { fs.rmdirSync(dir) } catch { /* in use by someone else */ } }
   fs.rmSync(tmp, { recursive: true, force: true })
@@ -331,7 +337,6 @@ const privileged = (target: string, req: Partial<Req> = {}): Probe => ({ req: { 
 
 const SECCOMP_ALLOW_ALL = `seccomp=${JSON.stringify({ defaultAction: 'SCMP_ACT_ALLOW' })}`
 const BIG = JSON.stringify({ Image: IMAGE, Labels: { pad: 'x'.repeat(1_100_000) }, HostConfig: { Privileged: true } })
-const TOP_LEVEL = /host configuration fields at the top level of the body \(([A-Za-z]+(, )?)+\) are a deprecated form the gateway does not accept/
 
 const attacks: Attack[] = [
   // Privileged, however spelled
@@ -349,11 +354,20 @@ const attacks: Attack[] = [
   refuse('Content-Length and Transfer-Encoding together', createJson('"HostConfig":{"Privileged":true}', { framing: 'length-and-chunked' }), 400, /./),
 
   // HostConfig fields at the top level: the engine's deprecated wrapper (runconfig.ContainerConfigWrapper)
-  // reads them as the host config when HostConfig is absent, and merges some of them when it is present.
-  refuse('HostConfig fields at the top level, no HostConfig key', createJson('"Privileged":true,"Binds":["/etc:/x"],"CapAdd":["ALL"]'), 400, TOP_LEVEL),
-  refuse('HostConfig fields at the top level beside an empty HostConfig', createJson('"HostConfig":{},"Privileged":true,"Binds":["/etc:/x"]'), 400, TOP_LEVEL),
-  refuse('HostConfig fields at the top level beside a harmless HostConfig', createJson('"HostConfig":{"Memory":33554432},"PidsLimit":-1,"SecurityOpt":["seccomp=unconfined"]'), 400, TOP_LEVEL),
-  refuse('HostConfig field at the top level in lower case ("privileged")', createJson('"privileged":true'), 400, TOP_LEVEL),
+  // reads them as the host config when HostConfig is absent or null, and copies Memory, MemorySwap,
+  // CpuShares, CpusetCpus and VolumeDriver into an empty HostConfig field when it is present (the
+  // others it then ignores: see "let through, but neutralised").
+  forbid('HostConfig fields at the top level, no HostConfig key', createJson('"Privileged":true,"Binds":["/etc:/x"],"CapAdd":["ALL"]'), 'no-privileged'),
+  forbid('HostConfig fields at the top level beside "HostConfig":null', createJson('"HostConfig":null,"Privileged":true'), 'no-privileged'),
+  forbid('HostConfig field at the top level in lower case ("privileged")', createJson('"privileged":true'), 'no-privileged'),
+  forbid('HostConfig field at the top level: Binds of /etc', createJson('"Binds":["/etc:/x"]'), 'host-binds'),
+  forbid('HostConfig field at the top level: Runtime', createJson('"Runtime":"sysbox-runc"'), 'runtime'),
+  forbid('HostConfig field at the top level: PidMode host', createJson('"pidmode":"host"'), 'no-host-namespaces'),
+  refuse('HostConfig field at the top level and its case variant', createJson('"Privileged":false,"privileged":true'), 400, /duplicate field Privileged \("Privileged" and "privileged"\)/),
+  refuse('a HostConfig that is a string beside top-level fields', createJson('"HostConfig":"x","Privileged":true'), 400, /HostConfig must be a JSON object or null, not a string/),
+  tenancy('top-level Memory over the quota beside an empty HostConfig (the engine copies it in)', createJson('"HostConfig":{},"Memory":137438953472'), 'quota-memory'),
+  tenancy('top-level Memory over the quota, no HostConfig key', createJson('"Memory":137438953472'), 'quota-memory'),
+  refuse('top-level Memory beside HostConfig that the engine cannot decode', createJson('"HostConfig":{},"Memory":"128g"'), 400, /Memory at the top level .* must be a 64-bit integer or null; send HostConfig\.Memory instead/),
 
   // Host paths: Binds, Mounts, volumes
   ...['/:/host', '/etc:/x:ro', '/var/run/docker.sock:/var/run/docker.sock', `${TENANT_DIR}/../../../etc:/x`, `${TENANT_DIR}/x/../../team-b:/x`,
@@ -441,7 +455,6 @@ const attacks: Attack[] = [
   refuse('exec into a container the tenant did not create', exec({ User: '65534' }, FOREIGN), 404, noSuchContainer(FOREIGN)),
   refuse('copy files out of a container the tenant did not create', { req: { method: 'GET', target: `/v1.41/containers/${FOREIGN}/archive?path=/etc` } }, 404, noSuchContainer(FOREIGN)),
   refuse('kill a container the tenant did not create', post(`/v1.41/containers/${FOREIGN}/kill`), 404, new RegExp(`^Cannot kill container: ${FOREIGN}: No such container: ${FOREIGN}$`)),
-  forbid('prune the build cache (shared, it carries no owner)', post('/v1.41/build/prune'), 'no-build-prune'),
 
   // Paths the engine could read differently
   ...['/v1.41/containers//create', '/v1.41/Containers/create', '/v1.41/containers/create/', '/v1.41/containers/%2e%2e/containers/create',
@@ -657,23 +670,34 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
   ['image history', async (t) => {
     t.match(await docker(t, ['history', '--no-trunc', `${IMG}:1`]), /cp \/marker \/copied/)
   }],
-  ['image save and rm; load is refused (an archive could replace any tag of the shared catalog)', async (t) => {
+  ['image save, rm and load (in the tenant\'s namespace, loaded as the tenant\'s); an archive tagged outside it is refused', async (t) => {
     const tar = await tenant(['save', `${IMG}:2`])
     t.equal(tar.code, 0, 'docker save')
     t.ok(tar.stdout.includes(`${IMG}:2`), 'the archive names the tag')
+    const id = (await inspect('image', `${IMG}:2`)).Id
     await docker(t, ['rmi', `${IMG}:2`])
     t.notOk(await exists('image', `${IMG}:2`), 'removed')
-    const load = await tenant(['load'], { stdin: tar.stdout })
-    t.not(load.code, 0, 'docker load fails')
-    // The gateway answers before reading the upload and closes: the CLI, still writing, may show
-    // "broken pipe" instead of the answer. The same upload written byte for byte shows the answer.
-    const raw = await send({ target: '/v1.41/images/load?quiet=1', body: tar.stdout, set: { 'Content-Type': 'application/x-tar' } })
-    t.equal(raw.status, 403, 'POST /images/load is answered 403')
-    t.match(raw.json?.message, /^ImageLoad denied by policy: no rule allows it for subject mallory in tenant team-a$/, 'refused by the policy')
-    t.notOk(await exists('image', `${IMG}:2`), 'nothing was loaded')
+    t.match(await docker(t, ['load'], { stdin: tar.stdout }), `Loaded image: ${IMG}:2`)
+    const loaded = await inspect('image', `${IMG}:2`)
+    t.equal(loaded.Id, id, 'the same image again')
+    t.match(loaded.Config?.Labels, OWNER, 'the tenant\'s own')
+    // The shared image's own archive (saved on the engine) names a tag of the shared catalog.
+    const shared = await run(CLI28, ['save', IMAGE], { host: engine().dockerHost })
+    t.equal(shared.code, 0, 'the shared image saved on the engine directly')
+    const before = await inspect('image', IMAGE)
+    const raw = await send({ target: '/v1.41/images/load?quiet=1', body: shared.stdout, set: { 'Content-Type': 'application/x-tar' } })
+    t.equal(raw.status, 403, 'POST /images/load of it is answered 403')
+    t.match(raw.json?.message, `archive tag "${IMAGE}" is outside tenant team-a's namespace`, raw.json?.message)
+    const after = await inspect('image', IMAGE)
+    t.same([after.Id, after.RepoTags], [before.Id, before.RepoTags], 'the shared image and its tag are unchanged')
+  }],
+  ['builder prune: the build cache has no owner; the gateway answers, nothing is deleted', async (t) => {
+    t.match(await docker(t, ['builder', 'prune', '-af']), /Total reclaimed space:\s+0B/)
+    const raw = await send({ target: '/v1.41/build/prune?all=1' })
+    t.same([raw.status, raw.json], [200, { CachesDeleted: null, SpaceReclaimed: 0 }], 'in the engine\'s shape')
   }],
   ['rm of the tenant\'s own images', async (t) => {
-    await docker(t, ['rmi', `${IMG}:1`, `${BK}:1`])
+    await docker(t, ['rmi', `${IMG}:1`, `${IMG}:2`, `${BK}:1`])
     for (const tag of [`${IMG}:1`, `${IMG}:2`, `${BK}:1`]) t.notOk(await exists('image', tag), `${tag} is gone`)
   }],
   ['volume create, inspect, ls, rm', async (t) => {
@@ -697,27 +721,27 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     await docker(t, ['network', 'rm', name])
     t.notOk(await exists('network', name), 'removed')
   }],
-  ['secret and config create, ls, inspect, rm', async (t) => {
+  ['secret and config create, ls, inspect, rm (swarm-mode engine)', async (t) => {
     for (const kind of ['secret', 'config'] as const) {
       const name = `${PREFIX}-${kind}`
-      const id = (await docker(t, [kind, 'create', '--label', 'purpose=test', name, '-'], { stdin: `${kind} data\n` })).trim()
+      const id = (await docker(t, [kind, 'create', '--label', 'purpose=test', name, '-'], { stdin: `${kind} data\n`, host: sgw.dockerHost })).trim()
       t.match(id, /^[0-9a-z]{25}$/, `docker ${kind} create prints the id`)
       t.same((await swarmObject(`${kind}s`, name))?.Spec?.Labels, { purpose: 'test', ...OWNER }, `the engine stored the ${kind} with the owner labels`)
-      t.equal(await docker(t, [kind, 'ls', '--filter', `name=${name}`, '--format', '{{.Name}}']), `${name}\n`)
-      t.equal((await docker(t, [kind, 'inspect', '--format', '{{.ID}}', name])).trim(), id)
-      await docker(t, [kind, 'rm', name])
+      t.equal(await docker(t, [kind, 'ls', '--filter', `name=${name}`, '--format', '{{.Name}}'], { host: sgw.dockerHost }), `${name}\n`)
+      t.equal((await docker(t, [kind, 'inspect', '--format', '{{.ID}}', name], { host: sgw.dockerHost })).trim(), id)
+      await docker(t, [kind, 'rm', name], { host: sgw.dockerHost })
       t.equal(await swarmObject(`${kind}s`, name), undefined, 'removed')
     }
   }],
-  ['service create with a memory limit, ls, rm', async (t) => {
+  ['service create with a memory limit, ls, rm (swarm-mode engine)', async (t) => {
     const name = `${PREFIX}-svc`
-    const id = (await docker(t, ['service', 'create', '--detach', '--no-resolve-image', '--limit-memory', '32m', '--name', name, IMAGE, 'sleep', '1000'])).trim()
+    const id = (await docker(t, ['service', 'create', '--detach', '--no-resolve-image', '--limit-memory', '32m', '--name', name, IMAGE, 'sleep', '1000'], { host: sgw.dockerHost })).trim()
     t.match(id, /^[0-9a-z]{25}$/, 'docker service create prints the id')
     const spec = (await swarmObject('services', name))?.Spec
     t.same([spec?.Labels, spec?.TaskTemplate?.ContainerSpec?.Labels], [OWNER, OWNER], 'the engine stored the owner labels on the service and its containers')
     t.equal(spec?.TaskTemplate?.Resources?.Limits?.MemoryBytes, 32 << 20, 'and the memory limit')
-    t.equal(await docker(t, ['service', 'ls', '--filter', `name=${name}`, '--format', '{{.ID}} {{.Name}}']), `${id.slice(0, 12)} ${name}\n`)
-    await docker(t, ['service', 'rm', name])
+    t.equal(await docker(t, ['service', 'ls', '--filter', `name=${name}`, '--format', '{{.ID}} {{.Name}}'], { host: sgw.dockerHost }), `${id.slice(0, 12)} ${name}\n`)
+    await docker(t, ['service', 'rm', name], { host: sgw.dockerHost })
     t.equal(await swarmObject('services', name), undefined, 'removed')
   }],
   ['events --since/--until', async (t) => {
@@ -826,7 +850,7 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     await created(t, { target, body: `{"image":${JSON.stringify(IMAGE)},"cmd":["echo","lower"],"hostconfig":{"memory":33554432}}` }, rec.gw.socket)
     const forwarded = rec.bodies.get(`POST ${target}`) ?? Buffer.alloc(0)
     const body = JSON.parse(forwarded.toString()) as Doc
-    t.same(body, { Image: IMAGE, Cmd: ['echo', 'lower'], HostConfig: { Memory: 33554432, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024 }, Labels: OWNER }, 'the engine received the canonical, rewritten body')
+    t.same(body, { Image: IMAGE, Cmd: ['echo', 'lower'], HostConfig: { Memory: 33554432, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private' }, Labels: OWNER }, 'the engine received the canonical, rewritten body')
     t.equal(forwarded.toString(), JSON.stringify(body), 'as compact JSON, nothing else')
     const c = await inspect('container', name)
     t.same([c.Config.Image, c.Config.Cmd, c.HostConfig.Memory], [IMAGE, ['echo', 'lower'], 33554432], 'and stored that Image, Cmd and Memory')
@@ -851,6 +875,12 @@ const neutralised: Array<[string, Probe, (c: Doc) => unknown, unknown]> = [
     create({ Capabilities: ['CAP_SYS_ADMIN'] }), (c) => [c.HostConfig.Capabilities, c.HostConfig.CapAdd], [null, null]],
   ['owner labels set by the tenant are overwritten',
     create({}, { Labels: { 'io.portcullis.tenant': 'team-b', 'io.portcullis.subject': 'root' } }), (c) => c.Config.Labels, OWNER],
+  ['HostConfig fields at the top level beside an empty HostConfig (the engine ignores them)',
+    createJson('"HostConfig":{},"Privileged":true,"Binds":["/etc:/x"],"CapAdd":["ALL"],"Runtime":"sysbox-runc"'),
+    (c) => [c.HostConfig.Privileged, c.HostConfig.Binds, c.HostConfig.CapAdd, c.HostConfig.Runtime], [false, null, null, 'runc']],
+  ['HostConfig fields at the top level beside a harmless HostConfig (the engine ignores them)',
+    createJson('"HostConfig":{"Memory":33554432},"PidsLimit":-1,"SecurityOpt":["seccomp=unconfined"]'),
+    (c) => [c.HostConfig.Memory, c.HostConfig.PidsLimit, c.HostConfig.SecurityOpt], [33554432, 1024, ['no-new-privileges']]],
 ]
 
 t.test('let through, but neutralised', async (t) => {

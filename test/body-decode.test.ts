@@ -1,6 +1,8 @@
 // JSON request bodies decoded as the engine's Go decoder reads them (src/policy/body):
 // case-variant and duplicate keys refused, struct fields renamed to their canonical
-// spelling, map keys exact, numbers exact; and the committed engine-schema.json is what
+// spelling, map keys exact, numbers exact; a ContainerCreate body's deprecated top-level
+// host configuration resolved into HostConfig as the engine resolves it, and evaluated so by
+// the shipped policy; and the committed engine-schema.json is what
 // scripts/gen-body-schema.ts produces from the spec files now. Needs no engine:
 //   npx tap dist/test/body-decode.test.js --before= --after=
 import fs from 'node:fs'
@@ -10,9 +12,11 @@ import { generateBodySchema, SCHEMA_PATH, union } from '../scripts/gen-body-sche
 import { operations } from '../src/gateway/catalog/operations'
 import { isGatewayError } from '../src/gateway/errors'
 import {
-  JsonNumber, decodeBody, encodeBody, fieldAt, formatFieldPath, hasBodySchema, isJsonNumber, MAX_DEPTH,
+  JsonNumber, decodeBody, encodeBody, fieldAt, formatFieldPath, hasBodySchema, isJsonNumber, MAX_DEPTH, MAX_VALUES,
 } from '../src/policy/body/decode'
 import { bodySchemas } from '../src/policy/body/schema'
+import { loadPolicy } from '../src/policy/engine'
+import { check } from '../src/policy/tool'
 
 const fixtures = path.resolve(__dirname, '../../test/fixtures/bodies')
 
@@ -157,6 +161,110 @@ const accepted: Accept[] = [
     body: '{"privileged":true,"Privileged":false,"x":[1,{"a":null}]}',
     out: '{"privileged":true,"Privileged":false,"x":[1,{"a":null}]}',
   },
+  // ContainerCreate's deprecated top-level host configuration (runconfig.ContainerConfigWrapper):
+  // resolved into HostConfig as the engine's getHostConfig resolves it (quirks.ts).
+  {
+    name: 'legacy: no HostConfig, the top-level host fields are the host config (moved, in order)',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","Privileged":true,"Cmd":["true"],"Binds":["/etc:/x"],"Runtime":"runc"}',
+    out: '{"Image":"busybox","Cmd":["true"],"HostConfig":{"Privileged":true,"Binds":["/etc:/x"],"Runtime":"runc"}}',
+  },
+  {
+    name: 'legacy: top-level host fields in any case are canonicalized, nested structs too',
+    op: 'ContainerCreate',
+    body: '{"image":"busybox","privileged":true,"RUNTIME":"runc","logconfig":{"type":"none"},"mounts":[{"type":"bind","source":"/"}]}',
+    out: '{"Image":"busybox","HostConfig":{"Privileged":true,"Runtime":"runc","LogConfig":{"Type":"none"},"Mounts":[{"Type":"bind","Source":"/"}]}}',
+  },
+  {
+    name: 'legacy: HostConfig null counts as absent',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":null,"Image":"busybox","Memory":67108864}',
+    out: '{"HostConfig":{"Memory":67108864},"Image":"busybox"}',
+  },
+  {
+    name: 'legacy: a top-level host field that is null still makes a host config',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","Privileged":null}',
+    out: '{"Image":"busybox","HostConfig":{"Privileged":null}}',
+  },
+  {
+    name: 'legacy: beside HostConfig, top-level host fields are ignored (docker-py\'s runtime=)',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","Runtime":"sysbox-runc","Privileged":true,"HostConfig":{"NetworkMode":"default"},"Binds":["/:/host"],"CapAdd":["ALL"]}',
+    out: '{"Image":"busybox","HostConfig":{"NetworkMode":"default"}}',
+  },
+  {
+    name: 'legacy: beside an empty HostConfig, Memory, MemorySwap, CpuShares, CpusetCpus, VolumeDriver are copied in',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","Memory":67108864,"MemorySwap":-1,"CpuShares":512,"CpusetCpus":"0","VolumeDriver":"local","PidsLimit":-1,"HostConfig":{}}',
+    out: '{"Image":"busybox","HostConfig":{"Memory":67108864,"MemorySwap":-1,"CpuShares":512,"CpusetCpus":"0","VolumeDriver":"local"}}',
+  },
+  {
+    name: 'legacy: copied only over a zero value (absent, null, 0, -0, ""), never over a set one',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Memory":0,"MemorySwap":null,"CpuShares":-0,"CpusetCpus":"","VolumeDriver":"mine"},"Memory":1,"MemorySwap":2,"CpuShares":3,"CpusetCpus":"1","VolumeDriver":"theirs"}',
+    out: '{"HostConfig":{"Memory":1,"MemorySwap":2,"CpuShares":3,"CpusetCpus":"1","VolumeDriver":"mine"}}',
+  },
+  {
+    name: 'legacy: a zero or null top-level value copies nothing',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Memory":5},"CpuShares":0,"MemorySwap":null,"CpusetCpus":"","Memory":7}',
+    out: '{"HostConfig":{"Memory":5}}',
+  },
+  {
+    name: 'legacy: numbers are copied exactly',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{},"Memory":9223372036854775807}',
+    out: '{"HostConfig":{"Memory":9223372036854775807}}',
+  },
+  {
+    name: 'legacy: a HostConfig value the engine cannot decode is not overwritten (the engine refuses it)',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{"Memory":"lots"},"Memory":5}',
+    out: '{"HostConfig":{"Memory":"lots"}}',
+  },
+  {
+    name: 'legacy: Cpuset fills an empty CpusetCpus of a HostConfig object',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","Cpuset":"0","HostConfig":{"CpusetCpus":""}}',
+    out: '{"Image":"busybox","HostConfig":{"CpusetCpus":"0"}}',
+  },
+  {
+    name: 'legacy: Cpuset after a top-level CpusetCpus (copied first)',
+    op: 'ContainerCreate',
+    body: '{"Cpuset":"0","CpusetCpus":"0-1","HostConfig":{}}',
+    out: '{"HostConfig":{"CpusetCpus":"0-1"}}',
+  },
+  {
+    name: 'legacy: Cpuset fills the CpusetCpus of a top-level host config, not a set one',
+    op: 'ContainerCreate',
+    body: '{"cpuset":"1","Memory":1,"Privileged":false}',
+    out: '{"HostConfig":{"Memory":1,"Privileged":false,"CpusetCpus":"1"}}',
+  },
+  {
+    name: 'legacy: Cpuset beside a set HostConfig.CpusetCpus is dropped',
+    op: 'ContainerCreate',
+    body: '{"Cpuset":"1","HostConfig":{"CpusetCpus":"0"}}',
+    out: '{"HostConfig":{"CpusetCpus":"0"}}',
+  },
+  {
+    name: 'legacy: Cpuset without any host config is dropped (no host config is made: the engine makes none)',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","Cpuset":"0"}',
+    out: '{"Image":"busybox"}',
+  },
+  {
+    name: 'legacy: a body without deprecated fields is unchanged, HostConfig null included',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","HostConfig":null,"NetworkingConfig":null,"Volumes":{"/v":{}}}',
+    out: '{"Image":"busybox","HostConfig":null,"NetworkingConfig":null,"Volumes":{"/v":{}}}',
+  },
+  {
+    name: 'legacy: only ContainerCreate has the wrapper (ContainerUpdate\'s body is Resources at the top level)',
+    op: 'ContainerUpdate',
+    body: '{"memory":5,"CpusetCpus":"0"}',
+    out: '{"Memory":5,"CpusetCpus":"0"}',
+  },
   {
     name: 'operations without a schema: any top-level value',
     op: 'NoSuchOperation',
@@ -295,10 +403,64 @@ const refused: Refuse[] = [
   { name: 'PluginSet body that is an object', op: 'PluginSet', body: '{"DEBUG":"1"}', error: /^PluginSet request body must be a JSON array, not an object$/ },
   { name: 'PluginPull body that is a number', op: 'PluginPull', body: '1', error: /must be a JSON array, not a number/ },
   {
+    name: 'legacy: a top-level host field and its case variant (Go would take the last)',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","Privileged":false,"privileged":true}',
+    error: /^invalid request body: duplicate field Privileged \("Privileged" and "privileged"\)$/,
+  },
+  {
+    name: 'legacy: case variants inside a top-level host struct',
+    op: 'ContainerCreate',
+    body: '{"LogConfig":{"Type":"none","type":"json-file"}}',
+    error: /duplicate field LogConfig\.Type \("Type" and "type"\)/,
+  },
+  {
+    name: 'legacy: a HostConfig that is not an object or null (the engine refuses it)',
+    op: 'ContainerCreate',
+    body: '{"Image":"busybox","HostConfig":"privileged","Privileged":true}',
+    error: /^invalid request body: HostConfig must be a JSON object or null, not a string$/,
+  },
+  {
+    name: 'legacy: a HostConfig that is an array',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":[]}',
+    error: /HostConfig must be a JSON object or null, not an array$/,
+  },
+  {
+    name: 'legacy: a top-level Memory beside HostConfig that int64 cannot hold (the engine refuses it)',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{},"Memory":1.5}',
+    error: /^invalid request body: Memory at the top level \(deprecated: the engine copies it into an empty HostConfig\.Memory\) must be a 64-bit integer or null; send HostConfig\.Memory instead$/,
+  },
+  {
+    name: 'legacy: a top-level CpuShares beside HostConfig past int64',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{},"CpuShares":9223372036854775808}',
+    error: /CpuShares at the top level .* must be a 64-bit integer or null/,
+  },
+  {
+    name: 'legacy: a top-level VolumeDriver beside HostConfig that is not a string',
+    op: 'ContainerCreate',
+    body: '{"HostConfig":{},"VolumeDriver":1}',
+    error: /VolumeDriver at the top level .* must be a string or null; send HostConfig\.VolumeDriver instead$/,
+  },
+  {
+    name: 'legacy: a Cpuset that is not a string',
+    op: 'ContainerCreate',
+    body: '{"Cpuset":0}',
+    error: /^invalid request body: Cpuset at the top level \(deprecated: the engine copies it into an empty HostConfig\.CpusetCpus\) must be a string or null; send HostConfig\.CpusetCpus instead$/,
+  },
+  {
     name: 'nesting deeper than MAX_DEPTH',
     op: 'ContainerCreate',
     body: `{"Deep":${'['.repeat(MAX_DEPTH)}${']'.repeat(MAX_DEPTH)}}`,
     error: new RegExp(`nested deeper than ${MAX_DEPTH} levels at \\.\\.\\.(\\[0\\])+$`),
+  },
+  {
+    name: 'more than MAX_VALUES values (refused before the policy reads them)',
+    op: 'ContainerCreate',
+    body: `{"Image":"x","Env":[${Array(MAX_VALUES).fill('"A=b"').join(',')}]}`,
+    error: new RegExp(`more than ${MAX_VALUES} values`),
   },
 ]
 
@@ -415,6 +577,33 @@ t.test('a docker CLI ContainerCreate body', async (t) => {
   const perOp = Number(process.hrtime.bigint() - start) / n / 1e6
   t.comment(`decodeBody(ContainerCreate, ${raw.length} bytes): ${(perOp * 1000).toFixed(1)} µs per body`)
   t.ok(perOp < 1, `under 1 ms per body (${perOp.toFixed(4)} ms)`)
+})
+
+t.test('the shipped policy evaluates, and forwards, the host config the engine resolves from a legacy body', async (t) => {
+  const policy = await loadPolicy(path.resolve(__dirname, '../../policies'))
+  const tenant = { subject: 'bob', tenant: 'team-a', roles: ['tenant'] }
+  const create = async (body: string): Promise<Awaited<ReturnType<typeof check>>> =>
+    await check(policy, tenant, 'POST', '/v1.41/containers/create', Buffer.from(body))
+  const forwarded = (r: Awaited<ReturnType<typeof check>>): unknown => JSON.parse(r.body ?? 'null')
+
+  for (const body of ['{"Image":"busybox","Privileged":true}', '{"Image":"busybox","privileged":true,"HostConfig":null}']) {
+    const r = await create(body)
+    t.same([r.decision, r.rule], ['deny', 'no-privileged'], `no HostConfig: the top-level Privileged is the container's (${body})`)
+  }
+  t.same([(await create('{"Image":"busybox","Runtime":"sysbox-runc"}')).rule], ['runtime'], 'no HostConfig: a top-level Runtime is checked')
+  t.same([(await create('{"Image":"busybox","Binds":["/etc:/x"]}')).rule], ['host-binds'], 'no HostConfig: top-level Binds are checked')
+
+  const ignored = await create('{"Image":"busybox","Privileged":true,"Runtime":"sysbox-runc","Binds":["/:/h"],"HostConfig":{}}')
+  t.equal(ignored.decision, 'allow', 'beside HostConfig the engine ignores them: allowed')
+  t.same(forwarded(ignored), { Image: 'busybox', HostConfig: { SecurityOpt: ['no-new-privileges'], Memory: 1073741824, PidsLimit: 1024, CgroupnsMode: 'private' } }, 'and forwarded without them')
+
+  const memory = await create('{"Image":"busybox","Memory":33554432,"CpuShares":512,"HostConfig":{"Memory":0}}')
+  t.equal(memory.decision, 'allow')
+  t.same(forwarded(memory), { Image: 'busybox', HostConfig: { Memory: 33554432, CpuShares: 512, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private' } },
+    'a top-level Memory fills the empty HostConfig.Memory before the rewrites (the 1 GiB default does not replace it)')
+
+  const refused = await create('{"Image":"busybox","Memory":"1g","HostConfig":{}}')
+  t.match(refused.error, /^BODY_INVALID: invalid request body: Memory at the top level .* send HostConfig\.Memory instead$/, 'an undecodable merged field: refused, saying what to send')
 })
 
 t.test('generic decoding matches JSON.parse on duplicate-free random JSON', async (t) => {

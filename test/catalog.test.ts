@@ -130,3 +130,62 @@ t.test('refusals', async (t) => {
   }
   t.throws(() => resolveTarget('GET', '/v1.41/containers/json', { minVersion: '1.24', maxVersion: '1.40' }), { code: 'API_VERSION_UNSUPPORTED', status: 400 })
 })
+
+t.test('names span segments wherever the engine\'s router takes {name:.*}', async (t) => {
+  // `docker rm --link /parent/alias`: the link name is the container reference.
+  const link = resolveTarget('DELETE', '/v1.41/containers/parent/alias?link=1', window)
+  t.equal(link.operation.id, 'ContainerDelete')
+  t.equal(link.resource, 'parent/alias')
+  t.equal(link.query.get('link'), '1')
+  t.equal(link.rawUrl, '/v1.41/containers/parent/alias?link=1', 'forwarded exactly as received')
+  t.equal(resolveTarget('DELETE', '/containers/a/b/c', window).resource, 'a/b/c', 'greedy, as `{name:.*}`')
+  // Every container, exec, volume and network route with a parameter takes a link name.
+  const sample: Record<string, string> = { container: 'parent/alias', exec: 'x/y', volume: 'v/w', network: 'n/m' }
+  for (const op of operations) {
+    const prefix = /^\/(containers|exec|volumes|networks)\/\{(\w+)\*\}/.exec(op.path)
+    if (!prefix || op.path.includes('/checkpoints/')) continue
+    const value = sample[{ containers: 'container', exec: 'exec', volumes: 'volume', networks: 'network' }[prefix[1]]!]
+    const url = op.path.replace(/\{\w+\*\}/, value)
+    const target = resolveTarget(op.method, `/v1.56${url}`, window)
+    t.equal(`${target.operation.id} ${target.resource}`, `${op.id} ${value}`, `${op.method} ${url}`)
+  }
+  t.equal(resolveTarget('GET', '/containers/parent/alias/attach/ws', window).resource, 'parent/alias')
+  t.equal(resolveTarget('GET', '/containers/a/logs/json', window).operation.id, 'ContainerInspect', 'the last literal decides, as the engine\'s regexps')
+  t.equal(resolveTarget('POST', '/containers/a/exec/start', window).operation.id, 'ContainerStart')
+  t.equal(resolveTarget('POST', '/networks/a/b/connect', window).resource, 'a/b')
+  // Literal routes still win over a parameter, as the engine registers them first.
+  for (const [method, url, id] of [
+    ['GET', '/containers/json', 'ContainerList'], ['POST', '/containers/create', 'ContainerCreate'], ['POST', '/containers/prune', 'ContainerPrune'],
+    ['POST', '/networks/create', 'NetworkCreate'], ['POST', '/networks/prune', 'NetworkPrune'], ['POST', '/volumes/create', 'VolumeCreate'],
+    ['POST', '/volumes/prune', 'VolumePrune'], ['GET', '/images/get', 'ImageGetAll'], ['POST', '/build/cancel', 'BuildCancel'],
+    // No GET route is literal here: the engine inspects a network or volume called "create".
+    ['GET', '/networks/create', 'NetworkInspect'], ['GET', '/volumes/prune', 'VolumeInspect'],
+  ] as const) t.equal(resolveTarget(method, url, window).operation.id, id, `${method} ${url}`)
+  // Checkpoints: the engine's checkpoint router comes before the container router, and
+  // its DELETE takes single segments.
+  const cp = resolveTarget('DELETE', '/v1.41/containers/web/checkpoints/cp1', window)
+  t.same([cp.operation.id, cp.params], ['CheckpointDelete', { id: 'web', checkpoint: 'cp1' }])
+  t.equal(resolveTarget('DELETE', '/containers/a/b/checkpoints/cp1', window).operation.id, 'ContainerDelete', '`{name}` is one segment: a longer path is a container delete there too')
+  t.equal(resolveTarget('GET', '/containers/a/b/checkpoints', window).resource, 'a/b')
+  t.equal(resolveTarget('POST', '/containers/web/checkpoints', window).operation.id, 'CheckpointCreate')
+  t.throws(() => resolveTarget('DELETE', '/v1.24/containers/web/checkpoints/cp1', window), { code: 'OPERATION_TOO_NEW' })
+  // Swarm objects and nodes are `{id}`: one segment.
+  for (const url of ['/services/a/b', '/nodes/a/b', '/tasks/a/b', '/secrets/a/b', '/configs/a/b']) {
+    t.throws(() => resolveTarget('GET', url, window), { code: 'OPERATION_UNKNOWN' }, `GET ${url}`)
+  }
+  t.throws(() => resolveTarget('DELETE', '/services/a/b', window), { code: 'OPERATION_UNKNOWN' })
+  // The refusals still hold inside a multi-segment name.
+  for (const url of ['/containers/parent//alias', '/containers/parent/alias/', '/containers/parent/../alias', '/containers/parent/%2e/alias',
+    '/containers/parent%2Falias', '/containers/parent%5Calias', '/containers/parent\\alias', '/containers/par%zzent/alias', '/Containers/parent/alias']) {
+    t.throws(() => resolveTarget('DELETE', `${url}?link=1`, window), { code: 'PATH_AMBIGUOUS' }, `DELETE ${url}?link=1`)
+  }
+})
+
+t.test('every API version of the window is routed', async (t) => {
+  for (let minor = 24; minor <= 56; minor++) {
+    const target = resolveTarget('GET', `/v1.${minor}/networks/n1`, window)
+    t.same([target.operation.id, target.apiVersion], ['NetworkInspect', `1.${minor}`], `/v1.${minor}`)
+  }
+  t.equal(resolveTarget('GET', '/v1.55/images/a/b:1/attestations', window).resource, 'a/b:1')
+  t.throws(() => resolveTarget('GET', '/v1.54/images/a/attestations', window), { code: 'OPERATION_TOO_NEW' })
+})

@@ -14,7 +14,8 @@ import os from 'node:os'
 import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import t, { type Test } from 'tap'
-import { CLI20, CLI28, engine, run, sha256, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, engine, run, sha256, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import type { EngineInfo } from './engine/engine'
 
 type Side = 'direct' | 'gateway'
 const SIDES: readonly Side[] = ['direct', 'gateway']
@@ -97,16 +98,16 @@ interface Ctx extends Shared {
 const show = (args: readonly string[]): string => `docker ${args.join(' ')}`
 
 /** Per CLI: a temporary directory, a name for the shared container, and teardown of what the steps create. */
-function shared (t: Test, cli: Cli): Shared {
+function shared (t: Test, cli: Cli, eng: EngineInfo = engine()): Shared {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `pcc-${cli.name}-`))
   const removals: string[][] = []
   t.teardown(async () => {
-    for (const args of removals.reverse()) await run(cli.bin, args, { host: engine().dockerHost })
+    for (const args of removals.reverse()) await run(cli.bin, args, { host: eng.dockerHost })
     fs.rmSync(tmp, { recursive: true, force: true })
   })
   return {
     cli,
-    image: engine().image,
+    image: eng.image,
     label: `portcullis.test=cli-compat-${cli.name}`,
     box: uniqueName(`pcc-box-${cli.name}`),
     tmp,
@@ -114,8 +115,8 @@ function shared (t: Test, cli: Cli): Shared {
   }
 }
 
-function bind (t: Test, s: Shared, gw: TestGateway): Ctx {
-  const hosts: Record<Side, string> = { direct: engine().dockerHost, gateway: gw.dockerHost }
+function bind (t: Test, s: Shared, gw: TestGateway, eng: EngineInfo = engine()): Ctx {
+  const hosts: Record<Side, string> = { direct: eng.dockerHost, gateway: gw.dockerHost }
   const docker = async (side: Side, args: readonly string[], { via = [], ...opts }: Opts = {}): Promise<RunResult> => {
     const [cmd, ...rest] = [...via, s.cli.bin, ...args]
     return await run(cmd, rest, { host: hosts[side], ...opts })
@@ -359,14 +360,15 @@ function steps (cli: Cli): Step[] {
 }
 
 /**
- * Swarm is engine-wide, and the shared engine is a single-node swarm manager for the whole
- * run (test/engine/engine.ts): nothing here may init or leave it. One CLI, one subtest.
+ * Swarm is engine-wide: these run against the run's swarm-mode engine (a single-node
+ * manager for the whole run, test/engine/engine.ts), and nothing here may init or leave
+ * it. One CLI, one subtest.
  */
 async function swarm (c: Ctx): Promise<void> {
   const service = uniqueName('pcc-svc')
   const secret = uniqueName('pcc-secret')
   c.t.teardown(async () => {
-    const host = engine().dockerHost
+    const host = swarmEngine().dockerHost
     await run(c.cli.bin, ['service', 'rm', service], { host })
     await run(c.cli.bin, ['secret', 'rm', secret], { host })
   })
@@ -405,4 +407,20 @@ for (const cli of CLIS) {
   })
 }
 
-t.test('swarm (cli28)', async (t) => { await swarm(bind(t, shared(t, CLIS[0]), gw)) })
+t.test('swarm (cli28, swarm-mode engine)', async (t) => {
+  const swarmGw = await startTestGateway('', `unix://${swarmEngine().socket}`)
+  t.teardown(async () => { await swarmGw.close() })
+  await swarm(bind(t, shared(t, CLIS[0], swarmEngine()), swarmGw, swarmEngine()))
+})
+
+/** On a plain engine (not a swarm manager) the swarm commands fail through the gateway as they do directly. */
+async function noSwarm (c: Ctx): Promise<void> {
+  c.t.equal(await c.same(['info', '--format', '{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}']), 'inactive false\n')
+  for (const args of [['service', 'ls'], ['secret', 'ls'], ['config', 'ls'], ['node', 'ls'], ['service', 'ps', 'nothing-here']]) {
+    c.t.match(await c.sameFailure(args), /not a swarm manager/, `docker ${args.join(' ')}`)
+  }
+}
+
+for (const cli of CLIS) {
+  t.test(`not a swarm manager (${cli.name}, plain engine)`, async (t) => { await noSwarm(bind(t, shared(t, cli), gw)) })
+}

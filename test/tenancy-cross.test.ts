@@ -21,8 +21,12 @@ import net from 'node:net'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
 import { operations, type Operation } from '../src/gateway/catalog/operations'
-import { dechunk, engine, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
+import { dechunk, startTestGateway, swarmEngine, uniqueName, type TestGateway } from './helpers/gateway'
 
+// Every kind of object, swarm services, tasks, secrets, configs and nodes included: this
+// file runs on the run's swarm-mode engine. Tenancy on a plain engine (where the swarm
+// lookups answer 503) is covered by test/plain-engine, test/attack and test/tenancy-views.
+const engine = swarmEngine
 const SECRET = randomBytes(32).toString('hex')
 const P = uniqueName('pcx')
 const IMAGE = engine().image
@@ -396,11 +400,19 @@ const PARAM_CASES: Record<string, CaseSpec | CaseSpec[]> = {
   ],
   ContainerAttachWebsocket: { targets: CONTAINERS, query: () => 'stream=1&stdout=1', upgrade: 'websocket', expect: container },
   ContainerWait: { targets: CONTAINERS, query: () => 'condition=not-running', expect: container },
-  ContainerDelete: { targets: CONTAINERS, query: () => 'force=1&v=1', expect: container },
+  ContainerDelete: [
+    { targets: CONTAINERS, query: () => 'force=1&v=1', expect: container },
+    // `docker rm --link`: a link of A's container (the parent, named in the path) is A's.
+    { label: 'a link of A\'s container', targets: CONTAINERS, params: (f) => ({ id: `${f.ref}/alias` }), query: () => 'link=1', expect: { kind: 'missing', message: (r) => MISSING.container(`${r}/alias`), engine: true } },
+  ],
   ContainerArchiveInfo: { targets: CONTAINERS, query: () => 'path=/etc/passwd', expect: container },
   ContainerArchive: { targets: CONTAINERS, query: () => 'path=/etc/passwd', expect: container },
   PutContainerArchive: { targets: CONTAINERS, query: () => 'path=/tmp', body: () => tar({ [`${P}-planted`]: 'planted by B\n' }), contentType: 'application/x-tar', expect: container },
   ContainerExec: { targets: CONTAINERS, body: () => ({ Cmd: ['touch', `/tmp/${P}-exec`], AttachStdout: true }), expect: container },
+  // CRIU checkpoints name host directories: denied to tenants whatever the container.
+  CheckpointList: { targets: CONTAINERS, expect: { kind: 'denied', by: 'tenancy' } },
+  CheckpointCreate: { targets: CONTAINERS, body: () => ({ CheckpointID: 'cp1' }), expect: { kind: 'denied', by: 'tenancy' } },
+  CheckpointDelete: { targets: CONTAINERS, params: (f) => ({ id: f.ref, checkpoint: 'cp1' }), expect: { kind: 'denied', by: 'tenancy' } },
   // A's exec instance (created, never started).
   ExecStart: [
     { label: 'detached', targets: ['exec'], body: () => ({ Detach: true, Tty: false }), expect: { kind: 'missing', message: MISSING.exec, engine: true } },
@@ -486,7 +498,8 @@ const NO_REFERENCE: Record<string, string> = {
   SystemPingHead: 'no reference',
   SystemDataUsage: 'no reference (answer narrowed to the tenant, not tested here)',
   ImageSearch: 'searches a registry, no engine object',
-  BuildPrune: 'the build cache: denied to tenants',
+  BuildPrune: 'the build cache (no owner): answered by the gateway for tenants, nothing deleted',
+  BuildCancel: 'a build id its client chose at random: no engine object',
   PluginList: 'no reference (a tenant sees no plugin)',
   GetPluginPrivileges: 'names a registry plugin, no engine object (denied to tenants)',
   PluginPull: 'names a registry plugin (denied to tenants)',
@@ -548,7 +561,7 @@ const REFERENCE_CASES: Case[] = [
   { op: 'ImageTag', label: 'a shared image onto A\'s tag', targets: ['none'], params: () => ({ name: IMAGE }), query: () => `repo=${q(A.committed.split(':')[0])}&tag=1`, expect: { kind: 'denied', by: 'tenancy', ...notCompared('no reference to vary') } },
   { op: 'ImageCreate', label: 'import onto A\'s tag', targets: ['none'], query: () => `fromSrc=-&repo=${q(A.committed.split(':')[0])}&tag=1`, body: () => tar({ x: 'x' }), contentType: 'application/x-tar', expect: { kind: 'denied', by: 'tenancy', ...notCompared('no reference to vary') } },
   { op: 'ImageCreate', label: 'pull of A\'s tag', targets: ['none'], query: () => `fromImage=${q(A.committed.split(':')[0])}&tag=1`, expect: { kind: 'passthrough' } },
-  { op: 'ImageLoad', label: 'an archive (could carry A\'s tags)', targets: ['none'], query: () => 'quiet=1', body: () => tar({ 'manifest.json': '[]' }), contentType: 'application/x-tar', expect: { kind: 'denied', by: 'policy', ...notCompared('no reference to vary') } },
+  { op: 'ImageLoad', label: 'an archive tagged onto A\'s tag', targets: ['none'], query: () => 'quiet=1', body: () => tar({ 'c.json': '{"rootfs":{"type":"layers","diff_ids":[]}}', 'manifest.json': JSON.stringify([{ Config: 'c.json', RepoTags: [A.committed], Layers: [] }]) }), contentType: 'application/x-tar', expect: { kind: 'denied', by: 'tenancy', ...notCompared('no reference to vary') } },
   // Networks: B's own network (and the shared bridge) with A's container.
   { op: 'NetworkConnect', label: 'B\'s network, A\'s container', targets: CONTAINERS, params: () => ({ id: B.network }), body: (f) => ({ Container: f.ref }), expect: { kind: 'missing', message: MISSING.container, engine: true } },
   { op: 'NetworkDisconnect', label: 'B\'s network, A\'s container', targets: CONTAINERS, params: () => ({ id: B.network }), body: (f) => ({ Container: f.ref }), expect: { kind: 'missing', message: MISSING.container, engine: true } },
@@ -865,7 +878,7 @@ t.test('every catalog operation is classified, and every one with a path paramet
 
 t.test('tenant B on tenant A\'s objects', async (t) => {
   const started = Date.now()
-  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${engine().socket}`)
   t.teardown(async () => {
     await gw.close()
     await cleanUp()

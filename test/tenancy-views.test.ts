@@ -7,7 +7,9 @@
  * system df -v, info) shows it its own objects only, in both directions, while an admin
  * sees both; names another tenant holds are refused with a clear 409 (nothing created);
  * a prune removes only the pruning tenant's objects; and quotas (a policy directory of
- * the test's own) refuse creates, `docker update` and `docker service scale` naming the rule.
+ * the test's own) refuse creates and `docker update` naming the rule. All of it on the
+ * run's plain engine (not a swarm manager, as most users run Docker); `docker service
+ * scale` against the quotas runs on the swarm-mode engine.
  *
  * Other test files share the engine and act as tenant team-a: the tenants here have
  * names of their own per run (team-a-<hex>, team-b-<hex>), so that what a tenant sees
@@ -20,7 +22,7 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { CLI28, engine, POLICIES, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI28, engine, POLICIES, run, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SYSTEM_PYTHON = '/usr/bin/python3'
 const COMPOSE = '/usr/bin/docker-compose'
@@ -282,7 +284,7 @@ t.test('docker ps -a, volume ls, network ls: own objects only', async (t) => {
   const vols = new Set(lines(await as('admin', ['volume', 'ls', '--format', '{{.Name}}'])))
   t.ok([...ta.volumes, ...tb.volumes].every((n) => vols.has(n)), 'admin: docker volume ls lists both tenants\' volumes')
   const nets = new Set(lines(await as('admin', ['network', 'ls', '--format', '{{.Name}}'])))
-  t.ok([...ta.networks.keys(), ...tb.networks.keys(), 'ingress'].every((n) => nets.has(n)), 'admin: docker network ls lists both tenants\' networks (and ingress)')
+  t.ok([...ta.networks.keys(), ...tb.networks.keys(), 'bridge'].every((n) => nets.has(n)), 'admin: docker network ls lists both tenants\' networks (and the predefined ones)')
 })
 
 /**
@@ -481,7 +483,7 @@ t.test('prune as B removes only B\'s stopped containers, unused volumes and netw
 // ---------------------------------------------------------------------------
 // Quotas: a policy directory of this test's own, with a quota for tenant TQ.
 
-t.test('quotas: creates, docker update and docker service scale refused naming the rule', async (t) => {
+t.test('quotas on a plain engine: creates and docker update refused naming the rule', async (t) => {
   const policyDir = path.join(tmp, 'policies')
   fs.cpSync(POLICIES, policyDir, { recursive: true })
   const tenancy = path.join(policyDir, 'tenancy.yaml')
@@ -531,6 +533,37 @@ t.test('quotas: creates, docker update and docker service scale refused naming t
   t.same(sorted((await truth(TQ)).volumes), [`${Q}-vol1`], 'the refused creates made no volume')
   await ok(['create', '--name', `${Q}-2`, '--memory', '256m', '--cpus', '0.1', '-v', `${Q}-vol1:/data`, IMAGE])
   await ok(['rm', `${Q}-2`])
+  // A plain engine has no services: the tenant's usage is its containers alone.
+  await ok(['create', '--name', `${Q}-2`, '--memory', '256m', '--cpus', '0.1', IMAGE])
+  t.equal(await count(), 2, 'two containers within the quota')
+})
+
+t.test('quotas on a swarm manager: docker service scale and update refused naming the rule', async (t) => {
+  // Services exist only on a swarm manager: this part runs on the run's swarm-mode engine,
+  // the same quota for the same tenant, one container of 1.5 GiB and 0.5 CPUs already running.
+  const policyDir = path.join(tmp, 'policies-swarm')
+  fs.cpSync(POLICIES, policyDir, { recursive: true })
+  const tenancy = path.join(policyDir, 'tenancy.yaml')
+  fs.writeFileSync(tenancy, fs.readFileSync(tenancy, 'utf8').replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${TQ}: { containers: 2, memory: 3GiB, cpus: 1, volumes: 1 }`))
+  const sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`, policyDir)
+  const direct = async (args: readonly string[]): Promise<RunResult> => await run(CLI28, args, { host: swarmEngine().dockerHost, timeoutMs: 120_000 })
+  t.teardown(async () => {
+    await sgw.close()
+    for (const sv of lines(await direct(['service', 'ls', '-q', '--filter', `label=${TENANT_LABEL}=${TQ}`]))) await direct(['service', 'rm', sv])
+    const cs = lines(await direct(['ps', '-aq', '--filter', `label=${TENANT_LABEL}=${TQ}`]))
+    if (cs.length) await direct(['rm', '-f', ...cs])
+  })
+  const q = async (args: string[]): Promise<RunResult> => await as('q', args, sgw.dockerHost)
+  const ok = async (args: string[]): Promise<void> => {
+    const r = await q(args)
+    t.equal(r.code, 0, `docker ${args.join(' ')}`, out(r))
+  }
+  const refused = async (args: string[], rule: string, message: RegExp): Promise<void> => {
+    const r = await q(args)
+    t.not(r.code, 0, `docker ${args.join(' ')} fails`)
+    t.match(r.stderr, new RegExp(`${message.source} \\(rule ${rule}\\)`), `${rule}: ${r.stderr.trim().split('\n').pop()}`)
+  }
+  await ok(['run', '-d', '--name', `${Q}-1`, '--memory', '1536m', '--cpus', '0.5', IMAGE, 'sleep', '600'])
 
   // Services: replicas count as containers, their limits times replicas as memory and CPUs.
   await ok(['service', 'create', '--detach', '--no-resolve-image', '--name', `${Q}-svc`, '--replicas', '1', '--limit-memory', '512m', '--limit-cpu', '0.25', IMAGE, 'sleep', '600'])

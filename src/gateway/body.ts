@@ -69,21 +69,44 @@ export async function readUpgradeBody (req: IncomingMessage, socket: Duplex, hea
 }
 
 /**
- * The lines of a JSON-lines stream (the engine's events), as they complete: each
- * line's text and its parsed value (undefined when it is not JSON). Blank lines are skipped.
+ * The records of a stream of JSON texts (the engine's events), as they complete: each
+ * record's exact bytes (without its `\n`), its text, and its parsed value (undefined
+ * when it is not JSON). Blank lines are skipped.
+ *
+ * Every framing the engine negotiates for `/events` is read: `application/json` (what
+ * dockerd answered before API 1.52: one JSON text per line, whatever the Accept header),
+ * `application/x-ndjson` and `application/jsonl` (the same lines), and
+ * `application/json-seq` (RFC 7464: some engines start each record with an ASCII record
+ * separator, 0x1E, which is not JSON whitespace; it stays in `bytes`). Lines are split
+ * on the byte 0x0A, which never occurs inside a UTF-8 sequence, so a multi-byte
+ * character split between two chunks is decoded whole and `bytes` are the engine's.
  */
-export async function * jsonLines (source: AsyncIterable<Buffer | string>): AsyncGenerator<{ line: string, value: unknown }> {
-  let rest = ''
+export async function * jsonLines (source: AsyncIterable<Buffer | string>): AsyncGenerator<{ bytes: Buffer, line: string, value: unknown }> {
+  let rest: Buffer = EMPTY
   for await (const chunk of source) {
-    rest += typeof chunk === 'string' ? chunk : chunk.toString('utf8')
+    const data = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk
+    let buf = rest.length ? Buffer.concat([rest, data]) : data
     let nl
-    while ((nl = rest.indexOf('\n')) >= 0) {
-      const line = rest.slice(0, nl)
-      rest = rest.slice(nl + 1)
-      if (line.trim() === '') continue
-      let value: unknown
-      try { value = JSON.parse(line) } catch { value = undefined }
-      yield { line, value }
+    while ((nl = buf.indexOf(0x0a)) >= 0) {
+      const bytes = buf.subarray(0, nl)
+      buf = buf.subarray(nl + 1)
+      const record = jsonRecord(bytes)
+      if (record) yield record
     }
+    // A copy: the remainder must not pin (or alias) the whole chunk it came from.
+    rest = Buffer.from(buf)
   }
+}
+
+const EMPTY = Buffer.alloc(0)
+/** RFC 7464's record separator. */
+const RS = '\x1e'
+
+function jsonRecord (bytes: Buffer): { bytes: Buffer, line: string, value: unknown } | null {
+  const line = bytes.toString('utf8')
+  const text = line.startsWith(RS) ? line.slice(1) : line
+  if (text.trim() === '') return null
+  let value: unknown
+  try { value = JSON.parse(text) } catch { value = undefined }
+  return { bytes: Buffer.from(bytes), line, value }
 }

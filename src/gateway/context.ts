@@ -10,7 +10,7 @@ import type { Decision } from '../policy/engine'
 import type { PolicyInput } from '../policy/facts'
 import type { AppliedRewrite } from '../policy/rewrite'
 import type { GatewayError } from './errors'
-import type { ResponseFilter } from './tenancy'
+import type { BodyFilter, LocalAnswer, ResponseFilter } from './tenancy'
 
 export interface RequestContext {
   readonly id: string
@@ -41,6 +41,12 @@ export interface RequestContext {
   upstreamHeaders?: Readonly<Record<string, string>>
   /** How the answer is narrowed to the caller's tenant. */
   respond?: ResponseFilter
+  /** How a streamed request body is rewritten on its way to the engine (tenancy). */
+  bodyFilter?: BodyFilter
+  /** An answer the gateway gives itself instead of forwarding (tenancy). */
+  answer?: LocalAnswer
+  /** Tenancy's end-of-request work (quota reservations released), run by the pipeline's finish. */
+  settled?: (status: number) => void
   /** `upgrade` (101 relayed) or `raw` (200 + raw stream) once a hijack is established. */
   hijack?: 'upgrade' | 'raw'
   status?: number

@@ -7,13 +7,14 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
-import type { Readable } from 'node:stream'
+import { Readable } from 'node:stream'
 import { hasBody, jsonLines } from './body'
 import { counter, declaredLength, type RequestContext } from './context'
 import { GatewayError } from './errors'
 import { endToEnd, type HeaderMap } from './headers'
 import type { Upstream } from './upstream'
-import type { ResponseFilter } from './tenancy'
+import type { BodyFilter, LocalAnswer, ResponseFilter } from './tenancy'
+import { decodeJson, encodeBody } from '../policy/body/decode'
 
 /** Request headers the gateway consumes and never passes on. */
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
@@ -23,7 +24,8 @@ export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContex
   if (upstream.host) headers.host = upstream.host
   for (const [k, v] of Object.entries(ctx.upstreamHeaders ?? {})) headers[k] = v
   if (ctx.body) headers['content-length'] = String(ctx.body.length)
-  else if (req.headers['content-length'] !== undefined && hasBody(req)) headers['content-length'] = req.headers['content-length']
+  // A filtered body has a length of its own: sent chunked.
+  else if (req.headers['content-length'] !== undefined && hasBody(req) && !ctx.bodyFilter) headers['content-length'] = req.headers['content-length']
   return headers
 }
 
@@ -53,11 +55,16 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   res.once('close', onClientGone)
 
   let body: Buffer | Readable | undefined
+  let refused: { error?: unknown } | undefined
   if (ctx.body) {
     body = ctx.body
     ctx.bytesIn = ctx.body.length
   } else if (hasBody(req)) {
     body = req.pipe(counter((n) => { ctx.bytesIn += n }))
+    if (ctx.bodyFilter) {
+      refused = {}
+      body = Readable.from(filtered(ctx.bodyFilter, body, refused), { objectMode: false })
+    }
   }
 
   const sent = performance.now()
@@ -71,6 +78,8 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
       signal: abort.signal,
     })
   } catch (err) {
+    // A body filter's refusal is the answer, whatever the engine made of the cut upload.
+    if (refused?.error !== undefined) throw refused.error
     if (abort.signal.aborted) return
     throw upstreamError(err, upstream.url)
   }
@@ -142,9 +151,25 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
 }
 
-/** Whether a list came through its filter with every element, unchanged and in order. */
-function keptWhole (before: unknown, after: unknown): boolean {
-  return Array.isArray(before) && Array.isArray(after) && before.length === after.length && before.every((x, i) => x === after[i])
+/** A body through its filter; the filter's error is kept, so that it (not undici's view of it) answers the client. */
+async function * filtered (filter: BodyFilter, source: AsyncIterable<Buffer>, refused: { error?: unknown }): AsyncGenerator<Buffer> {
+  try {
+    yield * filter(source)
+  } catch (err) {
+    // Only the filter's own refusals: a client that went away is not refused.
+    if (err instanceof GatewayError) refused.error = err
+    throw err
+  }
+}
+
+/** The gateway's own answer in the engine's shape (JSON), recorded before it is sent. */
+export function answerLocally (ctx: RequestContext, answer: LocalAnswer, res: ServerResponse): void {
+  const body = Buffer.from(JSON.stringify(answer.body) + '\n')
+  ctx.status = answer.status
+  ctx.bytesOut = body.length
+  ctx.seal?.()
+  res.writeHead(answer.status, { 'content-type': 'application/json', 'content-length': String(body.length) })
+  res.end(body)
 }
 
 /** Answers up to this declared length are read whole and sent in one write. */
@@ -165,17 +190,67 @@ async function respondWhole (ctx: RequestContext, answer: Answer, length: number
 
 const EMPTY = Buffer.alloc(0)
 
+
 /** Largest JSON answer the gateway reads whole to narrow it to a tenant (lists, info). */
 const FILTERED_ANSWER_MAX = 256 * 1024 * 1024
 
 /**
- * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
- * JSON-lines stream (events) passed line by line, each kept or dropped in order.
+ * The head of a narrowed answer: the engine's own headers, its Content-Type above all
+ * (`application/json`, `application/x-ndjson`, `application/jsonl` or
+ * `application/json-seq` for events, as the engine negotiated it from the client's
+ * Accept), less the framing of a body whose length the narrowing changes.
  */
-async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController): Promise<void> {
-  const headers = endToEnd(answer.headers)
+export function narrowedHeaders (engineHeaders: Record<string, string | string[] | undefined>): HeaderMap {
+  const headers = endToEnd(engineHeaders)
   delete headers['content-length']
   delete headers['transfer-encoding']
+  return headers
+}
+
+/** Whether a list came through its filter with every element, unchanged and in order. */
+function keptWhole (before: unknown, after: unknown): boolean {
+  return Array.isArray(before) && Array.isArray(after) && before.length === after.length && before.every((x, i) => x === after[i])
+}
+
+/**
+ * A JSON answer narrowed to a tenant: the bytes to send. When the filter changed nothing
+ * (it returned the document itself, or a list with every element in order) the engine's
+ * own bytes go out. Otherwise the narrowed document is re-encoded with every number as
+ * the engine wrote it (uint64 counters such as a v1.52 network's IPAM statistics exceed
+ * a double) and every field the gateway does not know kept; like Go's encoder, U+2028
+ * and U+2029 are escaped and a newline ends the answer.
+ */
+export async function narrowJson (raw: Buffer, filter: Extract<ResponseFilter, { kind: 'json' }>, opId: string): Promise<Buffer> {
+  let doc: unknown
+  // JSON.parse is exact for integers of up to 15 digits and for floats (Go and JavaScript
+  // print doubles alike); a longer run of digits anywhere takes the exact decoder.
+  const exact = LONG_DIGITS.test(raw.toString('latin1'))
+  try {
+    doc = exact ? decodeJson(raw) : JSON.parse(raw.toString('utf8'))
+  } catch (err) {
+    throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${opId} is not JSON; not passed to a tenant unfiltered`, { cause: err })
+  }
+  const narrowed = await filter.transform(doc)
+  if (narrowed === doc || keptWhole(doc, narrowed)) return raw
+  return Buffer.from(encodeBody(narrowed).toString('utf8').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029') + '\n', 'utf8')
+}
+
+/** A stream of JSON texts (events) narrowed record by record, in order, each kept with its exact bytes or dropped (and dropped when it is not JSON). */
+export async function * narrowLines (source: AsyncIterable<Buffer>, keep: (event: any) => Promise<boolean>): AsyncGenerator<Buffer> {
+  for await (const { bytes, value } of jsonLines(source)) {
+    if (value !== undefined && await keep(value)) yield Buffer.concat([bytes, NEWLINE])
+  }
+}
+
+const NEWLINE = Buffer.from('\n')
+const LONG_DIGITS = /[0-9]{16}/
+
+/**
+ * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
+ * stream of JSON texts (events) passed record by record, each kept or dropped in order.
+ */
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController): Promise<void> {
+  const headers = narrowedHeaders(answer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
     const chunks: Buffer[] = []
@@ -185,17 +260,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
       if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to filter for a tenant`)
       chunks.push(chunk as Buffer)
     }
-    const raw = Buffer.concat(chunks)
-    let doc: unknown
-    try {
-      doc = JSON.parse(raw.toString('utf8'))
-    } catch (err) {
-      throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is not JSON; not passed to a tenant unfiltered`, { cause: err })
-    }
-    const narrowed = await filter.transform(doc)
-    // A list the check kept whole (the engine already applied the owner filter) goes
-    // out as the engine's own bytes: every element was read and kept unchanged.
-    const out = keptWhole(doc, narrowed) ? raw : Buffer.from(JSON.stringify(narrowed) + '\n')
+    const out = await narrowJson(Buffer.concat(chunks), filter, ctx.target?.operation.id ?? '')
     ctx.bytesOut = out.length
     ctx.seal?.()
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
@@ -204,14 +269,8 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   }
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
-  // Each complete line kept or dropped, in order; a line that is not JSON is dropped.
-  const kept = async function * (source: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    for await (const { line, value } of jsonLines(source)) {
-      if (value !== undefined && await filter.keep(value)) yield Buffer.from(line + '\n')
-    }
-  }
   try {
-    await pipeline(answer.body, kept, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
+    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep), counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
   } catch {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -25,7 +25,7 @@ import { hasBody, readCapped, readUpgradeBody } from './body'
 import { resolveTarget, type ApiWindow } from './catalog/route'
 import { elapsedMs, type RequestContext } from './context'
 import { GatewayError, isGatewayError, renderError, toGatewayError } from './errors'
-import { forward } from './forward'
+import { answerLocally, forward } from './forward'
 import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
 import { execInfo, type Upstream } from './upstream'
@@ -138,8 +138,7 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
     const clientAuth = req.headers['x-registry-auth']
     scoped = await deps.tenancy.scope(ctx.identity!, ctx.target!, ctx.decodedBody, policy.tenancy, typeof clientAuth === 'string' ? clientAuth : undefined)
   } catch (err) {
-    const rule = (err as { tenancyRule?: string }).tenancyRule
-    if (rule && ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
+    deniedByTenancy(ctx, err)
     throw err
   }
   if (!scoped) return ctx.decodedBody
@@ -154,7 +153,16 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   if (scoped.patch.length) ctx.rewrites = [...(ctx.rewrites ?? []), { id: 'tenancy', patch: scoped.patch }]
   if (Object.keys(headers).length) ctx.upstreamHeaders = headers
   if (scoped.respond) ctx.respond = scoped.respond
+  if (scoped.bodyFilter) ctx.bodyFilter = scoped.bodyFilter
+  if (scoped.answer) ctx.answer = scoped.answer
+  if (scoped.settled) ctx.settled = scoped.settled
   return ctx.decodedBody
+}
+
+/** A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as a denial by its rule. */
+function deniedByTenancy (ctx: RequestContext, err: unknown): void {
+  const rule = (err as { tenancyRule?: string }).tenancyRule
+  if (rule && ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
 }
 
 /**
@@ -204,12 +212,34 @@ function recordHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
   return () => { closeSession?.() }
 }
 
+/** How much of a refused upload is read and dropped before the refusal is sent. */
+const DISCARD_MAX_BYTES = 1024 * 1024 * 1024
+const DISCARD_MAX_MS = 30_000
+
+async function discardUpload (req: IncomingMessage): Promise<void> {
+  await new Promise<void>((resolve) => {
+    let seen = 0
+    const done = (): void => { clearTimeout(timer); req.off('data', onData); req.off('end', done); req.off('close', done); req.off('error', done); resolve() }
+    const onData = (chunk: Buffer): void => { seen += chunk.length; if (seen > DISCARD_MAX_BYTES) done() }
+    const timer = setTimeout(done, DISCARD_MAX_MS)
+    timer.unref()
+    req.on('data', onData)
+    req.once('end', done)
+    req.once('close', done)
+    req.once('error', done)
+    req.unpipe()
+    req.resume()
+  })
+}
+
 /** Exec start hijacks unless its (canonical) body asks to detach. */
 function detaches (body: unknown): boolean {
   return body !== null && typeof body === 'object' && (body as { Detach?: unknown }).Detach === true
 }
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
+  // The answer is out (or the request failed): what tenancy held for it is let go.
+  try { ctx.settled?.(ctx.status ?? 0) } catch (err) { deps.log.error({ req: ctx.id, err: { message: (err as Error).message } }, 'tenancy settle failed') }
   // A session's end, or a request that ended before its answer completed (client gone,
   // upstream failure): recorded now, after the fact; nothing is left to refuse.
   try {
@@ -279,6 +309,8 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     const body = await inspect(deps, ctx, req)
     if (op.kind === 'policy') {
       await deps.admin(ctx, body, res)
+    } else if (ctx.answer) {
+      answerLocally(ctx, ctx.answer, res)
     } else if (op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body))) {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
@@ -291,10 +323,15 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       await forward(ctx, req, res, deps.upstream)
     }
   } catch (err) {
+    deniedByTenancy(ctx, err)
     let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
       try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }
       const { status, body, headers } = renderError(e)
+      // A refusal made while the upload streams (an archive a tenant may not load): the
+      // rest of it is read and dropped first, within bounds, so that a client that writes
+      // its whole body before it reads (Go's net/http) sees the refusal, not a broken pipe.
+      if (e.status < 500 && e.code !== 'BODY_TOO_LARGE' && !req.complete && hasBody(req)) await discardUpload(req)
       // After refusing a body we did not read to its end, the connection cannot be reused.
       const close = e.code === 'BODY_TOO_LARGE' || (!req.complete && hasBody(req))
       res.writeHead(status, { ...headers, ...(close ? { connection: 'close' } : {}) })

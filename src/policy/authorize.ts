@@ -6,7 +6,6 @@
  */
 import type { Target } from '../gateway/catalog/route'
 import { decodeBody, encodeBody } from './body/decode'
-import { assertEngineReadsAsDecoded } from './body/quirks'
 import type { Evaluation, Policy, Principal } from './engine'
 
 export interface Authorization {
@@ -18,7 +17,6 @@ export interface Authorization {
 export async function authorize (policy: Policy, who: Principal, target: Target, raw: Buffer | undefined): Promise<Authorization> {
   const op = target.operation
   const decoded = raw?.length ? decodeBody(op.id, raw) : undefined
-  assertEngineReadsAsDecoded(op.id, decoded?.value)
   const evaluation = await policy.evaluate(who, {
     op: op.id,
     kind: op.kind,

@@ -12,14 +12,14 @@ import type { TenancySettings } from '../../policy/tenancy'
 import type { PatchOp } from '../../policy/rewrite'
 import { GatewayError } from '../errors'
 import type { Upstream } from '../upstream'
-import { Call, type ResponseFilter } from './call'
+import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
 import { Credentials } from './credentials'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
 import { podmanMissing, type MissingRef } from './podman'
 
 export { Credentials, loadCredentials } from './credentials'
-export type { ResponseFilter } from './call'
+export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
 
 export interface Scoped {
   /** The request target to send, when it differs from the one received. */
@@ -29,6 +29,12 @@ export interface Scoped {
   readonly patch: readonly PatchOp[]
   readonly setHeaders: Readonly<Record<string, string>>
   readonly respond?: ResponseFilter
+  /** How a streamed body is rewritten on its way to the engine. */
+  readonly bodyFilter?: BodyFilter
+  /** The gateway's own answer: the request is not forwarded. */
+  readonly answer?: LocalAnswer
+  /** Called once the request has been answered or has failed (quota reservations end). */
+  readonly settled?: (status: number) => void
 }
 
 export class Tenancy {
@@ -61,6 +67,8 @@ export class Tenancy {
     try {
       await handler(call)
     } catch (err) {
+      // Refused after a check had already reserved quota: let it go now.
+      for (const f of call.settled) f(0)
       throw await this.asEngineAnswers(err)
     }
     return {
@@ -69,6 +77,9 @@ export class Tenancy {
       patch: call.patch,
       setHeaders: call.setHeaders,
       ...(call.respond ? { respond: call.respond } : {}),
+      ...(call.bodyFilter ? { bodyFilter: call.bodyFilter } : {}),
+      ...(call.answer ? { answer: call.answer } : {}),
+      ...(call.settled.length > 0 ? { settled: (status: number) => { for (const f of call.settled) f(status) } } : {}),
     }
   }
 

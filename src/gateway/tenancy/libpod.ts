@@ -14,7 +14,7 @@ import { list, missing, num, refuse, str, type Call } from './call'
 import { checkQuota, checkVolumeQuota } from './quota'
 import { inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { isPredefinedNetwork, ownerOf, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
-import type { Found, Handler, Resolvable } from './operations'
+import type { Found, Handler, LabelsAt, Resolvable } from './operations'
 import { podmanNoPod } from './podman'
 import { filterEvents } from './responses'
 
@@ -24,7 +24,9 @@ export interface Blocks {
   denied (rule: string, why: string): Handler
   open: Handler
   labelFiltered (then?: (call: Call) => void): Handler
-  keepOwn (labels: (o: any) => unknown): (call: Call) => void
+  keepOwn (labels: (o: any) => unknown, opts?: { hide?: LabelsAt }): (call: Call) => void
+  hidden (call: Call, places: readonly LabelsAt[]): void
+  hideAll<T> (doc: T, places: readonly LabelsAt[]): T
   stamp (call: Call, pointer: readonly string[]): void
   nameFree (call: Call, kind: 'container' | 'network', name: string): Promise<void>
   nameTaken (kind: string, name: string, tenant: string): GatewayError
@@ -37,6 +39,18 @@ export interface Blocks {
 
 /** The libpod API version of the gateway's own lookups: the oldest it accepts, which Podman 4 and 5 both serve. */
 const LOOKUP = '/v4.0.0/libpod'
+
+/**
+ * Where Podman's own answers keep labels, and what it shows for none: a tenant sees its
+ * objects without the owner labels, as through the Docker-compatible API (labels.ts).
+ * A network without labels has no `labels` key at all: an absent value is left out.
+ */
+const CONTAINER_LIST: LabelsAt = { path: ['Labels'], empty: null }
+const CONTAINER_INSPECT: LabelsAt = { path: ['Config', 'Labels'], empty: null }
+const VOLUME: LabelsAt = { path: ['Labels'], empty: {} }
+const NETWORK: LabelsAt = { path: ['labels'], empty: undefined as unknown as null }
+const IMAGE_LIST: LabelsAt = { path: ['Labels'], empty: null }
+const IMAGE_INSPECT: readonly LabelsAt[] = [{ path: ['Labels'], empty: null }, { path: ['Config', 'Labels'], empty: null }]
 
 /**
  * The SpecGenerator fields a tenant may use (with Podman's spelling, as the body is
@@ -117,6 +131,14 @@ const visible: Handler = async (call) => { await libpodImage(call, call.params.n
 
 export function libpodHandlers (b: Blocks): Record<string, Handler> {
   const adminOnly = (why: string): Handler => b.denied('libpod-admin-only', why)
+  const ownedHidden = (kind: Resolvable, places: readonly LabelsAt[]): Handler => async (call) => {
+    await b.owned(kind, 'name')(call)
+    b.hidden(call, places)
+  }
+  const imageInspect: Handler = async (call) => {
+    await visible(call)
+    b.hidden(call, IMAGE_INSPECT)
+  }
 
   /** Named volumes: the tenant's own, or new ones created first with owner labels (Podman would create them without). */
   async function namedVolumes (call: Call, spec: any): Promise<string[]> {
@@ -155,6 +177,15 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     })
     await checkVolumeQuota(call, fresh.length)
     b.stamp(call, ['labels'])
+    // The created container counts from its answer on (as a Docker-compatible create does).
+    call.respond = {
+      kind: 'json',
+      transform: (body) => {
+        const id = str(body?.Id)
+        if (/^[0-9a-f]{64}$/.test(id)) call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
+        return body
+      },
+    }
     for (const v of fresh) {
       const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
       if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
@@ -178,7 +209,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
   }
 
   const imageList: Handler = async (call) => {
-    call.respond = { kind: 'json', transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))) }
+    call.respond = { kind: 'json', transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))).map((i) => b.hideAll(i, [IMAGE_LIST])) }
   }
 
   /**
@@ -224,6 +255,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
   const volumeCreate: Handler = async (call) => {
     // Podman applies both Label and Labels: the owner labels go into both.
     const stampBoth = (): void => { b.stamp(call, ['Label']); b.stamp(call, ['Labels']) }
+    b.hidden(call, [VOLUME])
     const name = str(call.body?.Name)
     if (name) {
       const res: Resolution = await call.r.volume(name, call.tenant)
@@ -235,12 +267,18 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
   }
 
   const networkList: Handler = async (call) => {
-    call.respond = { kind: 'json', transform: (body) => list(body).filter((n: any) => ownerOf(n?.labels) === call.tenant || (ownerOf(n?.labels) === null && isPredefinedNetwork(n?.name, 'podman'))) }
+    call.respond = {
+      kind: 'json',
+      transform: (body) => list(body)
+        .filter((n: any) => ownerOf(n?.labels) === call.tenant || (ownerOf(n?.labels) === null && isPredefinedNetwork(n?.name, 'podman')))
+        .map((n) => b.hideAll(n, [NETWORK])),
+    }
   }
 
   const networkShared: Handler = async (call) => {
     const res = await b.ownOrSharedNetwork(call, call.params.name)
     call.setParam('name', b.networkRef(call, res, call.params.name))
+    if (res.state === 'own') b.hidden(call, [NETWORK])
   }
 
   const networkCreate: Handler = async (call) => {
@@ -250,6 +288,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     if (isPredefinedNetwork(name, 'podman')) throw refuse('tenant-names', `${name} is a predefined network`)
     await b.nameFree(call, 'network', name)
     b.stamp(call, ['labels'])
+    b.hidden(call, [NETWORK])
   }
 
   const networkConnect: Handler = async (call) => {
@@ -273,9 +312,9 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
 
   return {
     // Containers
-    ContainerListLibpod: b.labelFiltered(b.keepOwn((c) => c?.Labels)),
+    ContainerListLibpod: b.labelFiltered(b.keepOwn((c) => c?.Labels, { hide: CONTAINER_LIST })),
     ContainerCreateLibpod: containerCreate,
-    ContainerInspectLibpod: b.owned('container', 'name'),
+    ContainerInspectLibpod: ownedHidden('container', [CONTAINER_INSPECT]),
     ContainerExistsLibpod: b.owned('container', 'name'),
     ContainerDeleteLibpod: b.owned('container', 'name'),
     ContainerStartLibpod: b.owned('container', 'name'),
@@ -312,7 +351,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ExecInspectLibpod: b.owned('exec'),
     // Images
     ImageListLibpod: imageList,
-    ImageInspectLibpod: visible,
+    ImageInspectLibpod: imageInspect,
     ImageExistsLibpod: visible,
     ImageHistoryLibpod: visible,
     ImageTreeLibpod: visible,
@@ -332,9 +371,9 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ImageCommitLibpod: adminOnly('commits go through the Docker-compatible API, where the namespace and owner rules apply'),
     ImageBuildLibpod: adminOnly('builds go through the Docker-compatible API, where the build rules apply'),
     // Volumes
-    VolumeListLibpod: b.labelFiltered(b.keepOwn((v) => v?.Labels)),
+    VolumeListLibpod: b.labelFiltered(b.keepOwn((v) => v?.Labels, { hide: VOLUME })),
     VolumeCreateLibpod: volumeCreate,
-    VolumeInspectLibpod: b.owned('volume', 'name'),
+    VolumeInspectLibpod: ownedHidden('volume', [VOLUME]),
     VolumeExistsLibpod: b.owned('volume', 'name'),
     VolumeDeleteLibpod: b.owned('volume', 'name'),
     VolumePruneLibpod: b.volumePrune,

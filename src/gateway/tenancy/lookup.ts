@@ -47,6 +47,8 @@ export function ownerOf (labels: Labels): string | null {
 }
 
 export interface Limits { readonly memory: number, readonly nanoCpus: number }
+/** Quota usage admitted for a request in flight. */
+export interface Reservation { readonly containers: number, readonly memory: number, readonly nanoCpus: number }
 
 export class OwnerCache {
   private readonly owners = new Map<string, string | null>()
@@ -97,6 +99,27 @@ export class OwnerCache {
       this.listings.delete(pending)
     }
   }
+
+  // Quota reservations: what checks that passed have admitted and the engine has not
+  // yet answered. Every check counts them, so concurrent creates cannot all see the
+  // same usage; each is released when its request is answered (pipeline `finish`).
+  private readonly reservations = new Map<string, Set<Reservation>>()
+
+  /** Hold `r` for the tenant until release(). */
+  reserve (tenant: string, r: Reservation): void {
+    let held = this.reservations.get(tenant)
+    if (!held) { held = new Set(); this.reservations.set(tenant, held) }
+    held.add(r)
+  }
+
+  release (tenant: string, r: Reservation): void {
+    const held = this.reservations.get(tenant)
+    held?.delete(r)
+    if (held?.size === 0) this.reservations.delete(tenant)
+  }
+
+  /** The tenant's reservations now (a copy). */
+  reserved (tenant: string): Reservation[] { return [...(this.reservations.get(tenant) ?? [])] }
 
   /** A container create or destroy event (labels from the event's attributes). */
   containerEvent (action: 'create' | 'destroy', id: string, labels: Record<string, unknown>): void {
@@ -196,19 +219,26 @@ export class Resolver {
   }
 
   /**
-   * A GET of a swarm object or list: on an engine that is not a swarm manager (dockerd
-   * answers 503, Podman 404 to the whole swarm API) there are none, which is answered
-   * as a 404; any other 5xx still throws.
+   * A GET of a swarm object or list. An engine that is not a swarm manager has none:
+   * dockerd answers 503 ("This node is not a swarm manager..."), Podman 404 to the whole
+   * swarm API. Podman's 404 is answered as a 404; dockerd's 503 as an empty list where a
+   * list is asked (`inactive: 'none'`: quotas, task lists), else relayed as the engine's
+   * own 503 so that a tenant sees what the engine would tell it. Any other 5xx throws.
    */
-  async swarmGet (path: string): Promise<{ status: number, body: any }> {
+  async swarmGet (path: string, inactive: 'none' | 'relay'): Promise<{ status: number, body: any }> {
     const r = await this.probe(path)
-    if (r.status === 503 || r.status === 404) return { status: 404, body: null }
+    if (r.status === 404) return { status: 404, body: null }
+    if (r.status === 503) {
+      if (inactive === 'none') return { status: 404, body: null }
+      const message = typeof r.body?.message === 'string' ? r.body.message : 'This node is not a swarm manager.'
+      throw new GatewayError('SWARM_INACTIVE', message)
+    }
     if (r.status >= 500) throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path.split('?')[0]}`)
     return r
   }
 
   /** The tenant's objects of a kind, listed with the owner-label filter (swarm objects: none on a plain engine). */
-  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string): Promise<any[]> {
+  async ownList (kind: 'container' | 'network' | 'volume' | 'service' | 'secret' | 'config' | 'image', tenant: string, inactive: 'none' | 'relay' = 'none'): Promise<any[]> {
     const filters = enc(serializeFilters(withLabel(new Map(), `${TENANT_LABEL}=${tenant}`)))
     const path = {
       container: `/containers/json?all=1&filters=${filters}`,
@@ -220,7 +250,7 @@ export class Resolver {
       image: `/images/json?all=1&filters=${filters}`,
     }[kind]
     const swarm = kind === 'service' || kind === 'secret' || kind === 'config'
-    const r = swarm ? await this.swarmGet(path) : await this.get(path)
+    const r = swarm ? await this.swarmGet(path, inactive) : await this.get(path)
     // Swarm objects on an engine that is not a swarm manager: there are none.
     if (swarm && r.status === 404) return []
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `listing ${kind}s for an ownership check failed (${r.status})`)
@@ -233,37 +263,64 @@ export class Resolver {
   private async ownerById (kind: ObjectKind, id: string, path: string, labels: (body: any) => Labels): Promise<string | null | undefined> {
     const hit = this.cache.get(id)
     if (hit !== undefined) return hit
-    const r = kind === 'service' || kind === 'secret' || kind === 'config' ? await this.swarmGet(path) : await this.get(path)
+    const r = kind === 'service' || kind === 'secret' || kind === 'config' ? await this.swarmGet(path, 'relay') : await this.get(path)
     if (r.status === 404) return undefined
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up ${kind} ${id} failed (${r.status})`)
+    // The engine's inspect also resolves names and prefixes: an object merely *named* like
+    // an id is not the id's object (and must never be cached under it).
+    if (String(r.body?.Id ?? r.body?.ID ?? '') !== id) return undefined
     const owner = ownerOf(labels(r.body))
     this.cache.set(id, owner)
     return owner
   }
 
-  /** Match a reference the way the engine does, among `list`: full id, exact name, unique id prefix. */
-  private match (ref: string, list: Array<{ id: string, names: string[] }>): { id: string, name?: string } | null {
-    const exact = list.find((o) => o.id === ref)
-    if (exact) return { id: exact.id, ...(exact.names[0] ? { name: exact.names[0] } : {}) }
-    const named = list.filter((o) => o.names.includes(ref))
-    if (named.length === 1) return { id: named[0].id, name: ref }
-    if (named.length > 1) throw new GatewayError('NOT_FOUND', `${ref} is ambiguous: more than one object has that name`)
-    const prefixed = list.filter((o) => o.id.startsWith(ref))
-    if (prefixed.length === 1) return { id: prefixed[0].id, ...(prefixed[0].names[0] ? { name: prefixed[0].names[0] } : {}) }
-    if (prefixed.length > 1) throw new GatewayError('NOT_FOUND', `Multiple IDs found with provided prefix: ${ref}`)
-    return null
+  /**
+   * The object the engine picks for a reference, among ALL its objects of a kind (never
+   * only the caller's): full id, then exact name, then unique id prefix, as dockerd's
+   * GetContainer, FindNetwork and swarm's getService/getSecret/getConfig do. A tenant's
+   * name or prefix that means another object to the engine must not mean the tenant's
+   * own object to the gateway. An ambiguous choice (the engine refuses it) is null.
+   */
+  private pick<T extends { id: string, names: string[] }> (ref: string, all: T[]): T | null {
+    if (ref === '') return null
+    const byId = all.find((o) => o.id === ref)
+    if (byId) return byId
+    const named = all.filter((o) => o.names.includes(ref))
+    if (named.length === 1) return named[0]
+    if (named.length > 1) return null
+    const prefixed = all.filter((o) => o.id.startsWith(ref))
+    return prefixed.length === 1 ? prefixed[0] : null
+  }
+
+  /** The engine's pick among all objects, then its owner decides: the tenant's own, or missing. */
+  private decide (pick: { id: string, names: string[], owner: string | null } | null, tenant: string): Resolution {
+    if (!pick || pick.owner !== tenant) return { state: 'missing' }
+    return { state: 'own', id: pick.id, ...(pick.names[0] ? { name: pick.names[0] } : {}) }
   }
 
   async container (ref: string, tenant: string): Promise<Resolution> {
     const name = ref.startsWith('/') ? ref.slice(1) : ref
     if (FULL_ID.test(name)) {
+      // A full id is the engine's first choice whenever it exists.
       const owner = await this.ownerById('container', name, `/containers/${name}/json`, (b) => b?.Config?.Labels)
       if (owner !== undefined) return owner === tenant ? { state: 'own', id: name } : { state: 'missing' }
     }
     if (name === '') return { state: 'missing' }
-    const list = (await this.ownList('container', tenant)).map((c) => ({ id: String(c.Id), names: (c.Names ?? []).map((n: string) => n.replace(/^\//, '')) }))
-    const m = this.match(name, list)
-    return m ? { state: 'own', ...m } : { state: 'missing' }
+    const r = await this.get('/containers/json?all=1')
+    if (r.status !== 200 || !Array.isArray(r.body)) throw new GatewayError('UPSTREAM_FAILED', `listing containers for an ownership check failed (${r.status})`)
+    // Names include the links' `/parent/alias` names, which the engine's name registry resolves too.
+    const all = (r.body as any[]).map((c) => ({ id: String(c.Id), names: (c.Names ?? []).map((n: string) => String(n).replace(/^\//, '')), owner: ownerOf(c.Labels) }))
+    return this.decide(this.pick(name, all), tenant)
+  }
+
+  /**
+   * A container by exact name only, the way the engine's names table answers (link names
+   * such as `parent/alias` included; never an id or a prefix): the tenant's own, or missing.
+   */
+  async containerByName (name: string, tenant: string): Promise<Resolution> {
+    const want = '/' + name.replace(/^\//, '')
+    const found = (await this.ownList('container', tenant)).filter((c) => (c.Names ?? []).includes(want))
+    return found.length === 1 ? { state: 'own', id: String(found[0].Id), name: want.slice(1) } : { state: 'missing' }
   }
 
   async network (ref: string, tenant: string): Promise<Resolution> {
@@ -271,15 +328,21 @@ export class Resolver {
       const owner = await this.ownerById('network', ref, `/networks/${ref}`, (b) => b?.Labels)
       if (owner === tenant) return { state: 'own', id: ref }
     }
-    const list = (await this.ownList('network', tenant)).map((n) => ({ id: String(n.Id), names: [String(n.Name)] }))
-    const m = this.match(ref, list)
-    if (m) return { state: 'own', ...m }
+    const r = await this.get('/networks')
+    if (r.status !== 200 || !Array.isArray(r.body)) throw new GatewayError('UPSTREAM_FAILED', `listing networks for an ownership check failed (${r.status})`)
+    const all = (r.body as any[]).map((n) => ({ id: String(n.Id), names: [String(n.Name)], owner: ownerOf(n.Labels), scope: n.Scope }))
+    const pick = this.pick(ref, all)
     // The predefined networks are nobody's: visible (and attachable, as policy allows) to all.
-    const r = await this.get(`/networks/${enc(ref)}`)
-    if (r.status === 200 && isPredefinedNetwork(r.body?.Name, await this.engine()) && ownerOf(r.body?.Labels) === null && (r.body?.Scope === 'local')) {
-      return { state: 'shared', id: String(r.body.Id), name: String(r.body.Name) }
+    const engine = await this.engine()
+    if (pick && pick.owner === null && isPredefinedNetwork(pick.names[0], engine) && pick.scope === 'local') {
+      return { state: 'shared', id: pick.id, name: pick.names[0] }
     }
-    return { state: 'missing' }
+    // Podman lists its default network as `bridge`; by its own name it is `podman` (podman.ts).
+    if (!pick && engine === 'podman' && ref === PODMAN_DEFAULT_NETWORK) {
+      const d = await this.get(`/networks/${enc(ref)}`)
+      if (d.status === 200 && ownerOf(d.body?.Labels) === null) return { state: 'shared', id: String(d.body.Id), name: ref }
+    }
+    return this.decide(pick, tenant)
   }
 
   async volume (name: string, tenant: string): Promise<Resolution> {
@@ -310,11 +373,12 @@ export class Resolver {
   private async swarmObject (kind: 'service' | 'secret' | 'config', ref: string, tenant: string): Promise<Resolution> {
     if (SWARM_ID.test(ref)) {
       const owner = await this.ownerById(kind, ref, `/${kind}s/${ref}`, (b) => b?.Spec?.Labels)
-      if (owner === tenant) return { state: 'own', id: ref }
+      if (owner !== undefined) return owner === tenant ? { state: 'own', id: ref } : { state: 'missing' }
     }
-    const list = (await this.ownList(kind, tenant)).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')] }))
-    const m = this.match(ref, list)
-    return m ? { state: 'own', ...m } : { state: 'missing' }
+    // Not a swarm manager: the engine's own 503, whatever the reference.
+    const r = await this.swarmGet(`/${kind}s`, 'relay')
+    const all = (Array.isArray(r.body) ? r.body as any[] : []).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')], owner: ownerOf(o.Spec?.Labels) }))
+    return this.decide(this.pick(ref, all), tenant)
   }
 
   async service (ref: string, tenant: string): Promise<Resolution> { return this.swarmObject('service', ref, tenant) }
@@ -325,7 +389,7 @@ export class Resolver {
     let service = SWARM_ID.test(ref) ? this.cache.parent(ref) : undefined
     let id = ref
     if (service === undefined) {
-      const r = await this.swarmGet(`/tasks/${enc(ref)}`)
+      const r = await this.swarmGet(`/tasks/${enc(ref)}`, 'relay')
       if (r.status !== 200) return { state: 'missing' }
       id = String(r.body?.ID)
       service = String(r.body?.ServiceID ?? '')
@@ -362,7 +426,8 @@ export class Resolver {
   async nameHolder (kind: 'container' | 'network' | 'service' | 'secret' | 'config', name: string): Promise<string | null | undefined> {
     const filters = enc(JSON.stringify({ name: { [kind === 'container' ? `^/?${escapeRegExp(name)}$` : name]: true } }))
     const path = { container: `/containers/json?all=1&filters=${filters}`, network: `/networks?filters=${filters}`, service: `/services?filters=${filters}`, secret: `/secrets?filters=${filters}`, config: `/configs?filters=${filters}` }[kind]
-    const r = kind === 'container' || kind === 'network' ? await this.get(path) : await this.swarmGet(path)
+    // A swarm name on an engine that is not a swarm manager: nobody holds it (the engine refuses the create itself).
+    const r = kind === 'container' || kind === 'network' ? await this.get(path) : await this.swarmGet(path, 'none')
     if (r.status !== 200 || !Array.isArray(r.body)) return undefined
     const exact = (r.body as any[]).find((o) => kind === 'container' ? (o.Names ?? []).includes('/' + name) : (o.Name ?? o.Spec?.Name) === name)
     if (!exact) return undefined

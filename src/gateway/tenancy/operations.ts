@@ -11,9 +11,12 @@
  */
 import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../errors'
+import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
+import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
+import { hideOwner, ownerTermsAsSeen } from './labels'
 import { isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
@@ -62,26 +65,67 @@ function denied (rule: string, why: string): Handler {
 /** Operations that touch no tenant's objects. */
 const open: Handler = async () => {}
 
-/** Lists and prunes: the engine applies the owner-label filter (ANDed with the client's). */
+/**
+ * Lists and prunes: the engine applies the owner-label filter (ANDed with the client's,
+ * whose own owner-label terms are read as the tenant sees its objects: labels.ts).
+ */
 function labelFiltered (then?: (call: Call) => void): Handler {
   return async (call) => {
-    call.setQuery('filters', serializeFilters(withLabel(parseFilters(call.query), `${TENANT_LABEL}=${call.tenant}`)))
+    call.setQuery('filters', serializeFilters(withLabel(ownerTermsAsSeen(parseFilters(call.query), call.tenant), `${TENANT_LABEL}=${call.tenant}`)))
     then?.(call)
   }
 }
 
-/** And the answer is checked again, whatever the engine did with the filter. */
-function keepOwn (labels: (o: any) => unknown, wrap?: 'Volumes'): (call: Call) => void {
+/** Lists the engine does not owner-filter: only the client's owner-label terms are read as the tenant sees its objects. */
+function ownerTermsOnly (call: Call): void {
+  const filters = parseFilters(call.query)
+  const seen = serializeFilters(ownerTermsAsSeen(filters, call.tenant))
+  if (seen !== serializeFilters(filters)) call.setQuery('filters', seen)
+}
+
+/** Where an object's labels are in a list or inspect answer, and what the engine shows for none. */
+export interface LabelsAt { readonly path: readonly string[], readonly empty: Record<string, never> | null }
+const CONTAINER_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
+const NETWORK_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
+const VOLUME_LABELS: LabelsAt = { path: ['Labels'], empty: null }
+const IMAGE_LABELS: LabelsAt = { path: ['Labels'], empty: null }
+
+function hideAll<T> (doc: T, places: readonly LabelsAt[]): T {
+  return places.reduce((d, at) => hideOwner(d, at.path, at.empty), doc)
+}
+
+/**
+ * And the answer is checked again, whatever the engine did with the filter; `hide`:
+ * the owner labels are taken out of what the tenant sees (labels.ts).
+ */
+function keepOwn (labels: (o: any) => unknown, opts: { wrap?: 'Volumes', hide?: LabelsAt } = {}): (call: Call) => void {
   return (call) => {
     call.respond = {
       kind: 'json',
       transform: (body) => {
         const keep = (o: any): boolean => ownerOf(labels(o) as Record<string, string>) === call.tenant
-        if (wrap) return { ...body, [wrap]: list(body?.[wrap]).filter(keep) }
-        return list(body).filter(keep)
+        const view = (items: any[]): any[] => {
+          const own = items.filter(keep)
+          return opts.hide ? own.map((o) => hideAll(o, [opts.hide!])) : own
+        }
+        // Nothing dropped and nothing hidden: the engine's own answer, byte for byte.
+        const whole = (all: any[], seen: any[]): boolean => opts.hide === undefined && seen.length === all.length
+        if (opts.wrap) {
+          const all = list(body?.[opts.wrap])
+          const seen = view(all)
+          return whole(all, seen) && Array.isArray(body?.[opts.wrap]) ? body : { ...body, [opts.wrap]: seen }
+        }
+        const all = list(body)
+        const seen = view(all)
+        return whole(all, seen) && Array.isArray(body) ? body : seen
       },
     }
   }
+}
+
+/** An object's own answer (inspect, create) without the owner labels at those places. */
+function hidden (call: Call, places: readonly LabelsAt[]): void {
+  call.respond = { kind: 'json', transform: (b) => hideAll(b, places) }
 }
 
 /** Stamp the owner labels at `pointer` (a labels map) in the body: the caller cannot set or override them. */
@@ -99,6 +143,13 @@ function bodyAt (call: Call, ...path: string[]): any {
 /** A name another tenant already holds: a clear 409, never the other object's id. */
 async function nameFree (call: Call, kind: 'container' | 'network' | 'service' | 'secret' | 'config', name: string): Promise<void> {
   if (!name) return
+  // A name shaped like an id can be read as another object's id or id prefix, by the
+  // engine or by a client: tenants may not take one (a second line behind resolving
+  // every reference as the engine does and forwarding the full id).
+  const bare = name.replace(/^\//, '')
+  if (/^[0-9a-f]{12,64}$/.test(bare) || ((kind === 'service' || kind === 'secret' || kind === 'config') && /^[0-9a-z]{25}$/.test(bare))) {
+    throw refuse('tenant-names', `the ${kind} name "${bare}" looks like an object id: choose a name that is not ${kind === 'container' || kind === 'network' ? '12 or more hexadecimal digits' : 'shaped like an id'}`)
+  }
   const holder = await call.r.nameHolder(kind, name.replace(/^\//, ''))
   if (holder === undefined || holder === call.tenant) return
   throw nameTaken(kind, name.replace(/^\//, ''), call.tenant)
@@ -113,19 +164,44 @@ function nameTaken (kind: string, name: string, tenant: string): GatewayError {
 
 const CONTAINER_REF_MODES = ['NetworkMode', 'PidMode', 'IpcMode', 'UTSMode', 'UsernsMode', 'CgroupnsMode'] as const
 
-/** Every object a container's configuration names: volumes-from, links, container: modes, networks, named volumes, the image. */
+/**
+ * Every object a container's configuration names: volumes-from, links, container: modes,
+ * networks, named volumes, the image. Each is resolved as the engine will resolve it (over
+ * all objects) and checked; then the body names it by the full id that was checked, so
+ * that a name or prefix that changes hands (or is renamed away) before the engine reads
+ * it cannot make the engine pick another object.
+ */
 async function containerReferences (call: Call, hc: any, networking: any, image: unknown): Promise<{ newVolumes: string[] }> {
-  for (const v of list(hc?.VolumesFrom)) await own(call, 'container', str(v).split(':')[0], 'body')
-  for (const l of list(hc?.Links)) await own(call, 'container', str(l).split(':')[0], 'link')
+  for (const [i, v] of list(hc?.VolumesFrom).entries()) {
+    const [ref, ...mode] = str(v).split(':')
+    const id = await own(call, 'container', ref, 'body')
+    call.setBody(['HostConfig', 'VolumesFrom', String(i)], [id, ...mode].join(':'))
+  }
+  for (const [i, l] of list(hc?.Links).entries()) call.setBody(['HostConfig', 'Links', String(i)], await ownLink(call, str(l), 'link'))
   for (const mode of CONTAINER_REF_MODES) {
     const v = str(hc?.[mode])
-    if (v.startsWith('container:')) await own(call, 'container', v.slice('container:'.length), 'body')
+    if (v.startsWith('container:')) call.setBody(['HostConfig', mode], `container:${await own(call, 'container', v.slice('container:'.length), 'body')}`)
   }
   const netMode = str(hc?.NetworkMode)
-  if (netMode && !netMode.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(netMode)) await ownOrSharedNetwork(call, netMode, 'body')
-  for (const [net, ep] of Object.entries(networking?.EndpointsConfig ?? {})) {
-    if (!['default', 'bridge', 'host', 'none'].includes(net)) await ownOrSharedNetwork(call, net, 'body')
-    for (const l of list((ep as any)?.Links)) await own(call, 'container', str(l).split(':')[0], 'body')
+  let netModeId: string | undefined
+  if (netMode && !netMode.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(netMode)) {
+    netModeId = pinnedNetwork(netMode, await ownOrSharedNetwork(call, netMode, 'body'))
+    call.setBody(['HostConfig', 'NetworkMode'], netModeId)
+  }
+  const endpoints = networking?.EndpointsConfig
+  if (endpoints !== null && typeof endpoints === 'object') {
+    const pinned: Record<string, unknown> = {}
+    let changed = false
+    for (const [net, ep] of Object.entries(endpoints)) {
+      let key = net
+      if (!['default', 'bridge', 'host', 'none'].includes(net)) key = net === netMode && netModeId !== undefined ? netModeId : pinnedNetwork(net, await ownOrSharedNetwork(call, net, 'body'))
+      let value = ep
+      const links = list((ep as any)?.Links)
+      if (links.length > 0) value = { ...(ep as object), Links: await Promise.all(links.map(async (l) => await ownLink(call, str(l), 'body'))) }
+      if (key !== net || value !== ep) changed = true
+      pinned[key] = value
+    }
+    if (changed) call.setBody(['NetworkingConfig', 'EndpointsConfig'], pinned)
   }
   // Named volumes: the tenant's own, or new ones the gateway creates with owner labels.
   const named = new Set<string>()
@@ -149,6 +225,23 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
 
 export type Found = Exclude<Resolution, { state: 'missing' }>
 
+/** A link `name[:alias]` to one of the tenant's containers, naming it by full id (the alias kept: `name` when none was given). */
+async function ownLink (call: Call, link: string, where: 'link' | 'body'): Promise<string> {
+  const at = link.indexOf(':')
+  const ref = at < 0 ? link : link.slice(0, at)
+  const alias = at < 0 ? ref.replace(/^\//, '') : link.slice(at + 1)
+  return `${await own(call, 'container', ref, where)}:${alias}`
+}
+
+/**
+ * The network reference to forward: the exact name the engine resolved is kept (it is what
+ * inspect shows), unless it could also be read as an id prefix (all hex), or the reference
+ * was an id or a prefix; then the full id that was checked.
+ */
+function pinnedNetwork (ref: string, found: Found): string {
+  return found.name === ref && !/^[0-9a-f]+$/.test(ref) ? ref : found.id
+}
+
 async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'body' = 'path'): Promise<Found> {
   const res = await call.r.network(ref, call.tenant)
   if (res.state === 'missing') throw missing('network', ref, call.op.id, where)
@@ -166,6 +259,16 @@ const containerCreate: Handler = async (call) => {
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
   stamp(call, ['Labels'])
+  // The created container counts from its answer on, whether or not the engine's create
+  // event has reached the gateway yet (the reservation ends once the answer is out).
+  call.respond = {
+    kind: 'json',
+    transform: (b) => {
+      const id = str(b?.Id)
+      if (/^[0-9a-f]{64}$/.test(id)) call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
+      return b
+    },
+  }
   // Named volumes the engine would create implicitly (without labels) are created first, owned.
   for (const v of newVolumes) {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
@@ -177,11 +280,57 @@ const containerUpdate: Handler = async (call) => {
   const id = await own(call, 'container', call.params.id)
   call.setParam('id', id)
   const b = call.body ?? {}
+  // In an update, PidsLimit is a pointer: absent leaves the limit, 0 (like -1) removes it.
+  if (b.PidsLimit !== undefined && b.PidsLimit !== null && !(Number(b.PidsLimit) > 0)) {
+    throw refuse('pids-limit-update', `PidsLimit ${String(b.PidsLimit)} in an update removes the container's process limit: not available to tenants`)
+  }
   const changesMemory = num(b.Memory) > 0
   const changesCpu = cpuOf(b) > 0
   if (!changesMemory && !changesCpu) return
   const current = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig ?? {}
   await checkQuota(call, { containers: 0, memory: changesMemory ? num(b.Memory) : num(current.Memory), nanoCpus: changesCpu ? cpuOf(b) : cpuOf(current) }, { container: id })
+}
+
+/**
+ * Go's httputils.BoolValue, with which the engine reads `link`, `force` and `v`: anything
+ * but "", "0", "no", "false" and "none" (space-trimmed, lower-cased) is true.
+ */
+export function goBool (value: string | null): boolean {
+  const s = (value ?? '').replace(GO_SPACE_EDGES, '').toLowerCase()
+  return !['', '0', 'no', 'false', 'none'].includes(s)
+}
+/** Leading or trailing runs of what Go's unicode.IsSpace calls space. */
+const GO_SPACE_EDGES = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+|[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/g
+
+/**
+ * `docker rm --link /parent/alias` sends `DELETE /containers/parent/alias?link=1`. The
+ * engine (daemon.rmLink) finds the linked child by its link name, splits that name at
+ * its last `/`, looks the parent up by name in its names table (never by id or prefix:
+ * `<parent id>/alias` is a 404 there) and removes the alias from the parent. The parent
+ * is what changes, so it must be the tenant's own, found by exact name as the engine
+ * finds it. The request then goes out with the path as received (a link name holds the
+ * parent's name; there is no id form to send instead), and with `link=1` spelled so
+ * that the engine cannot read it as anything but a link removal. Only the owner (or an
+ * admin) can rename the parent between the check and the engine's lookup.
+ *
+ * Without `link`, the same path names the child by its link name (one of the child's
+ * names, listed in its Names): resolved among the tenant's containers as usual.
+ */
+const containerDelete: Handler = async (call) => {
+  const ref = call.params.id
+  const slash = ref.lastIndexOf('/')
+  if (slash < 0 || !goBool(call.query.get('link'))) return await owned('container')(call)
+  const parent = await call.r.containerByName(ref.slice(0, slash), call.tenant)
+  if (parent.state !== 'own') throw missing('container', ref, call.op.id)
+  call.setQuery('link', '1')
+}
+
+/** A start from a checkpoint (experimental engines) reads `checkpoint-dir`, a host directory: not for tenants. */
+const containerStart: Handler = async (call) => {
+  if ((call.query.get('checkpoint') ?? '') !== '' || (call.query.get('checkpoint-dir') ?? '') !== '') {
+    throw refuse('no-checkpoints', 'starting from a checkpoint reads a host directory: not available to tenants')
+  }
+  await owned('container')(call)
 }
 
 const containerRename: Handler = async (call) => {
@@ -214,17 +363,50 @@ function registryAuth (call: Call, registry: string, what: string): void {
   }
 }
 
+/**
+ * POST /images/create is what the engine's own branch order says it is
+ * (postImagesCreate): a pull whenever `fromImage` is non-empty, whatever else the query
+ * holds (`fromSrc`, `repo`, `changes` are then ignored); otherwise an import. Go's
+ * Form.Get reads the first of repeated parameters, as URLSearchParams.get does.
+ */
 const imagePull: Handler = async (call) => {
   const from = call.query.get('fromImage') ?? ''
-  const src = call.query.get('fromSrc')
-  if (src !== null) {
-    if (src !== '-') throw refuse('image-import-url', 'importing an image from a URL makes the engine fetch it: not available to tenants')
-    mustBeInNamespace(call, `${call.query.get('repo') ?? ''}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
+  if (from !== '') {
+    // The engine pulls `fromImage` at `tag` (a tag or a digest) when one is given.
+    const tag = call.query.get('tag') ?? ''
+    const ref = tag === '' ? from : `${from}${tag.includes(':') ? '@' : ':'}${tag}`
+    const parsed = parseImageRef(ref) ?? parseImageRef(from)
+    if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format: ${JSON.stringify(from)}`)
+    registryAuth(call, parsed.registry, 'pulling')
     return
   }
-  const parsed = parseImageRef(from)
-  if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format: ${JSON.stringify(from)}`)
-  registryAuth(call, parsed.registry, 'pulling')
+  const src = call.query.get('fromSrc') ?? ''
+  if (src !== '-') throw refuse('image-import-url', 'importing an image from a URL makes the engine fetch it: not available to tenants (send the archive in the body: fromSrc=-)')
+  mustBeInNamespace(call, `${call.query.get('repo') ?? ''}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
+  // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
+  stampChanges(call)
+}
+
+/**
+ * `changes` (commit, import) are Dockerfile instructions the engine applies on top of the
+ * image's configuration: none may set an owner label, in any spelling the builder reads;
+ * then the gateway's own LABEL change comes last, so the owner labels are the caller's.
+ */
+function stampChanges (call: Call): void {
+  const changes = call.query.getAll('changes')
+  const forged = labelKeys(changes.join('\n')).filter(mayBeOwnerLabel)
+  if (forged.length > 0) throw refuse('owner-labels', `changes must not set io.portcullis.* labels, or labels named with variables (${forged.map((k) => JSON.stringify(k)).join(', ')})`)
+  // One LABEL per label: Podman reads only the first key=value of a LABEL change, and
+  // would store the rest as part of the first value (docs/podman.md).
+  const stamps = [labelInstruction({ [TENANT_LABEL]: call.tenant }), labelInstruction({ [SUBJECT_LABEL]: call.subject })]
+  if (stamps.includes(null)) throw refuse('owner-labels', `the owner labels of subject ${call.subject} in tenant ${call.tenant} cannot be written as a Dockerfile LABEL`)
+  call.query.delete('changes')
+  for (const c of changes) call.query.append('changes', c)
+  for (const stamp of stamps as string[]) {
+    call.query.append('changes', stamp)
+    call.patch.push({ op: 'add', path: '/query/changes/-', value: stamp })
+  }
+  call.queryChanged = true
 }
 
 const imagePush: Handler = async (call) => {
@@ -253,9 +435,12 @@ const imageDelete: Handler = async (call) => {
 
 const imageBuild: Handler = async (call) => {
   for (const t of call.query.getAll('t')) mustBeInNamespace(call, t, 'build tag')
-  const remote = call.query.get('remote')
-  if (remote && (/^[a-z][a-z0-9+.-]*:\/\//i.test(remote) || remote.startsWith('git@'))) {
-    throw refuse('build-remote', 'building from a remote URL makes the engine fetch it: not available to tenants (send the context)')
+  // Any remote but the BuildKit session makes the daemon fetch: git URLs (git://, git@,
+  // github.com/..., URLs ending in .git), http(s) URLs, and whatever later engines add
+  // (remotecontext.Detect). Only the context in the body is the tenant's.
+  const remote = call.query.get('remote') ?? ''
+  if (remote !== '' && remote !== 'client-session') {
+    throw refuse('build-remote', 'building from a remote context makes the engine fetch it: not available to tenants (send the context in the body)')
   }
   for (const ref of parseJsonList(call, 'cachefrom')) await visibleImage(call, ref)
   // BuildKit exporters (API 1.40+) can name images too: those names obey the namespace.
@@ -296,14 +481,44 @@ const imageCommit: Handler = async (call) => {
   call.setQuery('container', id)
   const repo = call.query.get('repo')
   if (repo) mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'committed image')
-  for (const c of call.query.getAll('changes')) {
-    if (/io\.portcullis\./i.test(c)) throw refuse('owner-labels', 'commit changes must not set io.portcullis.* labels')
-  }
   stamp(call, ['Labels'])
+  stampChanges(call)
 }
 
 const imageList: Handler = async (call) => {
-  call.respond = { kind: 'json', transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))) }
+  // No owner filter for the engine: the shared catalog is listed too.
+  ownerTermsOnly(call)
+  call.respond = {
+    kind: 'json',
+    transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))).map((i) => hideAll(i, [IMAGE_LABELS])),
+  }
+}
+
+/** A committed image's ContainerConfig is its container's (with the container's owner labels). */
+const IMAGE_INSPECT_LABELS: readonly LabelsAt[] = [{ path: ['Config', 'Labels'], empty: null }, { path: ['ContainerConfig', 'Labels'], empty: null }]
+
+const imageInspect: Handler = async (call) => {
+  await visibleImage(call, call.params.name)
+  hidden(call, IMAGE_INSPECT_LABELS)
+}
+
+/**
+ * docker load: the archive is rewritten on its way to the engine (archive.ts): its tags
+ * must lie in the tenant's namespace, and every image it loads gets the owner labels.
+ */
+const imageLoad: Handler = async (call) => {
+  const labels = { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
+  call.bodyFilter = scopeArchive({ checkTag: (ref) => mustBeInNamespace(call, ref, 'archive tag'), labels })
+  call.patch.push({ op: 'add', path: '/body/config/Labels', value: labels })
+}
+
+/**
+ * The build cache carries no owner: a tenant's prune deletes nothing and is answered by
+ * the gateway in the engine's shape, so that `docker system prune` and `docker builder
+ * prune` succeed for the tenant's own objects. (The administrator prunes the cache.)
+ */
+const buildPrune: Handler = async (call) => {
+  call.answer = { status: 200, body: { CachesDeleted: null, SpaceReclaimed: 0 } }
 }
 
 const imageGetAll: Handler = async (call) => {
@@ -328,7 +543,18 @@ const networkInspect: Handler = async (call) => {
   if (res.state === 'shared') {
     // A predefined network lists everyone's containers: only the tenant's own are shown.
     const mine = new Set((await call.r.ownList('container', call.tenant)).map((c) => String(c.Id)))
-    call.respond = { kind: 'json', transform: (b) => ({ ...b, Containers: Object.fromEntries(Object.entries(b?.Containers ?? {}).filter(([id]) => mine.has(id))) }) }
+    call.respond = {
+      kind: 'json',
+      transform: (b) => {
+        const all = Object.entries(b?.Containers ?? {})
+        const kept = all.filter(([id]) => mine.has(id))
+        // Every field the gateway does not know (a v1.52 network's Status...) stays as it is;
+        // with nothing to hide, the engine's own answer goes out.
+        return kept.length === all.length ? b : { ...b, Containers: Object.fromEntries(kept) }
+      },
+    }
+  } else {
+    hidden(call, [NETWORK_LABELS])
   }
 }
 
@@ -343,16 +569,66 @@ const networkConnect: Handler = async (call) => {
   for (const l of list(bodyAt(call, 'EndpointConfig', 'Links'))) await own(call, 'container', str(l).split(':')[0], 'body')
 }
 
+/**
+ * Driver options a tenant may set on a network: none names a host interface, a bridge, a
+ * host address or a parent device (com.docker.network.bridge.name re-addresses any bridge,
+ * docker0 included; host_binding_ipv4, parent, macvlan/ipvlan modes reach the host's own
+ * networks).
+ */
+const TENANT_NETWORK_OPTIONS = new Set([
+  'com.docker.network.bridge.enable_icc',
+  'com.docker.network.driver.mtu',
+  'com.docker.network.container_iface_prefix',
+])
+
 const networkCreate: Handler = async (call) => {
   const name = str(bodyAt(call, 'Name'))
   if (PREDEFINED_NETWORKS.has(name)) throw refuse('tenant-names', `${name} is a predefined network`)
+  const options = Object.keys(bodyAt(call, 'Options') ?? {}).filter((k) => !TENANT_NETWORK_OPTIONS.has(k))
+  if (options.length > 0) throw refuse('network-options', `network driver options ${options.join(', ')} are not available to tenants (allowed: ${[...TENANT_NETWORK_OPTIONS].join(', ')})`)
+  // Explicit address pools add routes on the host, which can cover the host's own
+  // networks and services: the engine's default pools only.
+  const ipam = bodyAt(call, 'IPAM')
+  if (!['', 'default'].includes(str(ipam?.Driver)) || Object.keys(ipam?.Options ?? {}).length > 0 || list(ipam?.Config).length > 0) {
+    throw refuse('network-ipam', 'IPAM drivers, options and explicit subnets, ranges and gateways are not available to tenants: the engine picks the addresses')
+  }
+  if (bodyAt(call, 'Ingress') === true) throw refuse('network-options', 'the swarm ingress network is the administrator\'s')
+  // A configuration-only network lends its options and addresses to another: the tenant's
+  // own, named by its exact name (the engine looks ConfigFrom up by name).
+  const from = str(bodyAt(call, 'ConfigFrom', 'Network'))
+  if (from !== '') {
+    const found = await call.r.network(from, call.tenant)
+    if (found.state !== 'own' || found.name !== from) throw missing('network', from, call.op.id, 'body')
+  }
   await nameFree(call, 'network', name)
   stamp(call, ['Labels'])
 }
 
+/**
+ * ContainerTop's `ps_args` are handed to `ps` on the host, whose output the engine then
+ * filters by a column it finds by name: a chosen output format can relabel columns. Only
+ * the common listing forms, which keep the PID column as ps prints it.
+ */
+const SAFE_PS_ARGS = new Set(['-ef', 'ef', '-e -f', '-f', '-e', '-A', 'aux', '-aux', 'ax', 'auxww', '-efww'])
+
+const containerTop: Handler = async (call) => {
+  const args = call.query.get('ps_args')
+  if (call.query.getAll('ps_args').length > 1 || (args !== null && args !== '' && !SAFE_PS_ARGS.has(args))) {
+    throw refuse('top-ps-args', `ps_args ${JSON.stringify(args)} is not available to tenants (allowed: ${[...SAFE_PS_ARGS].join(', ')})`)
+  }
+  await owned('container')(call)
+}
+
 const networkList: Handler = async (call) => {
+  // No owner filter for the engine (the predefined networks carry no owner label).
+  ownerTermsOnly(call)
   const engine = await call.r.engine()
-  call.respond = { kind: 'json', transform: (body) => list(body).filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && isPredefinedNetwork(n?.Name, engine) && n?.Scope === 'local')) }
+  call.respond = {
+    kind: 'json',
+    transform: (body) => list(body)
+      .filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && isPredefinedNetwork(n?.Name, engine) && n?.Scope === 'local'))
+      .map((n) => hideAll(n, [NETWORK_LABELS])),
+  }
 }
 
 /**
@@ -369,6 +645,8 @@ const volumePrune: Handler = async (call) => {
 }
 
 const volumeCreate: Handler = async (call) => {
+  // The engine answers with the volume: without the owner labels.
+  hidden(call, [VOLUME_LABELS])
   const name = str(bodyAt(call, 'Name'))
   if (name) {
     const res = await call.r.volume(name, call.tenant)
@@ -378,6 +656,17 @@ const volumeCreate: Handler = async (call) => {
   }
   await checkVolumeQuota(call, 1)
   stamp(call, ['Labels'])
+}
+
+const volumeInspect: Handler = async (call) => {
+  await own(call, 'volume', call.params.name)
+  hidden(call, [VOLUME_LABELS])
+}
+
+const containerInspect: Handler = async (call) => {
+  call.setParam('id', await own(call, 'container', call.params.id))
+  // A container's limits are int64s: kept exact.
+  hidden(call, [{ path: ['Config', 'Labels'], empty: {} }])
 }
 
 // ---------------------------------------------------------------------------------
@@ -474,7 +763,20 @@ const systemAuth: Handler = async (call) => {
 }
 
 const systemInfo: Handler = async (call) => { call.respond = { kind: 'json', transform: (b) => filterInfo(call, b) } }
-const systemDf: Handler = async (call) => { call.respond = { kind: 'json', transform: (b) => filterDataUsage(call, b) } }
+const systemDf: Handler = async (call) => {
+  call.respond = {
+    kind: 'json',
+    transform: async (b) => {
+      const df: any = await filterDataUsage(call, b)
+      return {
+        ...df,
+        Containers: list(df.Containers).map((c) => hideAll(c, [CONTAINER_LABELS])),
+        Images: list(df.Images).map((i) => hideAll(i, [IMAGE_LABELS])),
+        Volumes: list(df.Volumes).map((v) => hideAll(v, [VOLUME_LABELS])),
+      }
+    },
+  }
+}
 const systemEvents: Handler = async (call) => { call.respond = { kind: 'lines', keep: filterEvents(call) } }
 
 const distributionInspect: Handler = async (call) => {
@@ -489,16 +791,16 @@ const NOT_TENANT = 'engine-wide'
 
 export const handlers: Readonly<Record<string, Handler>> = {
   // Containers
-  ContainerList: labelFiltered(keepOwn((c) => c?.Labels)),
+  ContainerList: labelFiltered(keepOwn((c) => c?.Labels, { hide: CONTAINER_LABELS })),
   ContainerCreate: containerCreate,
-  ContainerInspect: owned('container'),
-  ContainerTop: owned('container'),
+  ContainerInspect: containerInspect,
+  ContainerTop: containerTop,
   ContainerLogs: owned('container'),
   ContainerChanges: owned('container'),
   ContainerExport: owned('container'),
   ContainerStats: owned('container'),
   ContainerResize: owned('container'),
-  ContainerStart: owned('container'),
+  ContainerStart: containerStart,
   ContainerStop: owned('container'),
   ContainerRestart: owned('container'),
   ContainerKill: owned('container'),
@@ -509,12 +811,17 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ContainerAttach: owned('container'),
   ContainerAttachWebsocket: owned('container'),
   ContainerWait: owned('container'),
-  ContainerDelete: owned('container'),
+  ContainerDelete: containerDelete,
   ContainerArchiveInfo: owned('container'),
   ContainerArchive: owned('container'),
   PutContainerArchive: owned('container'),
   ContainerPrune: labelFiltered(),
   ContainerExec: owned('container'),
+  // CRIU checkpoints (experimental engines): create and list take a host directory
+  // (`CheckpointDir`, `?dir=`) where the engine writes or reads the container's memory.
+  CheckpointList: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
+  CheckpointCreate: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
+  CheckpointDelete: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),
   // Exec
   ExecStart: owned('exec'),
   ExecResize: owned('exec'),
@@ -522,9 +829,12 @@ export const handlers: Readonly<Record<string, Handler>> = {
   // Images
   ImageList: imageList,
   ImageBuild: imageBuild,
-  BuildPrune: denied('no-build-prune', 'the build cache is shared and carries no owner'),
+  BuildPrune: buildPrune,
+  // A build is named by the random id its client chose (`?buildid=` of the build, `?id=` here):
+  // only that client knows it.
+  BuildCancel: open,
   ImageCreate: imagePull,
-  ImageInspect: async (call) => { await visibleImage(call, call.params.name) },
+  ImageInspect: imageInspect,
   ImageAttestations: async (call) => { await visibleImage(call, call.params.name) },
   ImageHistory: async (call) => { await visibleImage(call, call.params.name) },
   ImagePush: imagePush,
@@ -535,7 +845,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageCommit: imageCommit,
   ImageGet: async (call) => { await visibleImage(call, call.params.name) },
   ImageGetAll: imageGetAll,
-  ImageLoad: denied('no-image-load', 'a loaded archive can replace any tag of the shared catalog'),
+  ImageLoad: imageLoad,
   // System
   SystemAuth: systemAuth,
   SystemInfo: systemInfo,
@@ -545,9 +855,9 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SystemEvents: systemEvents,
   SystemDataUsage: systemDf,
   // Volumes
-  VolumeList: labelFiltered(keepOwn((v) => v?.Labels, 'Volumes')),
+  VolumeList: labelFiltered(keepOwn((v) => v?.Labels, { wrap: 'Volumes', hide: VOLUME_LABELS })),
   VolumeCreate: volumeCreate,
-  VolumeInspect: owned('volume', 'name'),
+  VolumeInspect: volumeInspect,
   VolumeUpdate: owned('volume', 'name'),
   VolumeDelete: owned('volume', 'name'),
   VolumePrune: volumePrune,
@@ -613,5 +923,5 @@ export const handlers: Readonly<Record<string, Handler>> = {
   Session: open,
   Grpc: denied('no-buildkit-grpc', 'BuildKit\'s direct gRPC control (buildx) names images and outputs the gateway cannot inspect; use docker build'),
   // Podman's own API (libpod.ts), scoped with the same building blocks
-  ...libpodHandlers({ own, owned, denied, open, labelFiltered, keepOwn, stamp, nameFree, nameTaken, ownOrSharedNetwork, networkRef, mustBeInNamespace, registryAuth, volumePrune }),
+  ...libpodHandlers({ own, owned, denied, open, labelFiltered, keepOwn, hidden, hideAll, stamp, nameFree, nameTaken, ownOrSharedNetwork, networkRef, mustBeInNamespace, registryAuth, volumePrune }),
 }

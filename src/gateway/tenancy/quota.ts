@@ -6,7 +6,7 @@
  */
 import { quotaFor, type Quota } from '../../policy/tenancy'
 import { num, refuse, type Call } from './call'
-import { SWARM_SERVICE_LABEL, type Limits } from './lookup'
+import { SWARM_SERVICE_LABEL, type Limits, type Reservation } from './lookup'
 
 export interface Usage { containers: number, memory: number, nanoCpus: number }
 const NO_LIMITS: Limits = { memory: 0, nanoCpus: 0 }
@@ -70,24 +70,42 @@ export async function nodeCount (call: Call): Promise<number> {
   return r.status === 200 && Array.isArray(r.body) ? Math.max(1, r.body.length) : 1
 }
 
-function add (a: Usage, b: Usage): void { a.containers += b.containers; a.memory += b.memory; a.nanoCpus += b.nanoCpus }
+function add (a: Usage, b: Readonly<Usage>): void { a.containers += b.containers; a.memory += b.memory; a.nanoCpus += b.nanoCpus }
 
 function gib (n: number): string { return `${(n / 1024 ** 3).toFixed(2).replace(/\.?0+$/, '')} GiB` }
 function cpus (n: number): string { return `${(n / 1e9).toFixed(3).replace(/\.?0+$/, '')}` }
 
-/** Refuse with a 403 naming the quota when `adding` on top of the current usage passes a limit. */
+/**
+ * Refuse with a 403 naming the quota when `adding` on top of the current usage passes a
+ * limit; otherwise admit it: `adding` is reserved for the tenant until the request is
+ * answered, so that concurrent requests count each other (the check and the reservation
+ * happen with no await in between). Reservations held when the listing started are
+ * counted too, even if released meanwhile (their object may be missing from the list):
+ * at worst a request is counted twice for a moment, never not at all.
+ */
 export async function checkQuota (call: Call, adding: Usage, except?: { container?: string, service?: string }): Promise<void> {
   const q: Quota = quotaFor(call.settings, call.tenant)
   if (q.containers === undefined && q.memory === undefined && q.nanoCpus === undefined) return
   // Without a memory or CPU quota, containers are only counted: none is inspected.
   const limitsNeeded = q.memory !== undefined || q.nanoCpus !== undefined
-  let now = await usage(call, except, false, limitsNeeded)
+  const cache = call.r.cache
+  let before = new Set(cache.reserved(call.tenant))
+  let listed = await usage(call, except, false, limitsNeeded)
+  const withHeld = (u: Usage): Usage => {
+    const total = { ...u }
+    for (const r of new Set([...before, ...cache.reserved(call.tenant)])) add(total, r)
+    return total
+  }
   const exceeds = (u: Usage): boolean => (q.containers !== undefined && adding.containers > 0 && u.containers + adding.containers > q.containers) ||
     (q.memory !== undefined && adding.memory > 0 && u.memory + adding.memory > q.memory) ||
     (q.nanoCpus !== undefined && adding.nanoCpus > 0 && u.nanoCpus + adding.nanoCpus > q.nanoCpus)
   // Kept usage may still hold a container whose destroy event is on its way: a
   // refusal is only ever made on a fresh listing.
-  if (exceeds(now)) now = await usage(call, except, true, limitsNeeded)
+  if (exceeds(withHeld(listed))) {
+    before = new Set(cache.reserved(call.tenant))
+    listed = await usage(call, except, true, limitsNeeded)
+  }
+  const now = withHeld(listed)
   const after = { containers: now.containers + adding.containers, memory: now.memory + adding.memory, nanoCpus: now.nanoCpus + adding.nanoCpus }
   if (q.containers !== undefined && adding.containers > 0 && after.containers > q.containers) {
     throw refuse('quota-containers', `quota exceeded for tenant ${call.tenant}: containers ${after.containers} > ${q.containers} (${now.containers} in use)`)
@@ -104,6 +122,12 @@ export async function checkQuota (call: Call, adding: Usage, except?: { containe
   if (q.nanoCpus !== undefined && adding.containers > 0 && adding.nanoCpus === 0) {
     throw refuse('quota-cpus', `tenant ${call.tenant} has a CPU quota: set a CPU limit (--cpus)`)
   }
+  // Admitted: held until the request is answered. An update or a scale holds its whole
+  // new usage, on top of the old one that other checks still list: counted twice for
+  // the moment, never not at all.
+  const held: Reservation = { ...adding }
+  cache.reserve(call.tenant, held)
+  call.settled.push(() => cache.release(call.tenant, held))
 }
 
 export async function checkVolumeQuota (call: Call, adding: number): Promise<void> {

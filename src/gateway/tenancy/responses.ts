@@ -2,14 +2,20 @@
  * Answers narrowed to one tenant: SystemInfo's counts and host details,
  * SystemDataUsage's objects, and the event stream.
  */
+import { isJsonNumber } from '../../policy/body/number'
 import { list, type Call } from './call'
 import { isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
+import type { EngineKind } from './podman'
 
 
-/** The zero value of a field's type, so that clients still find the field. */
+/**
+ * The zero value of a field's type, so that clients still find the field. (A number may
+ * be a JsonNumber: answers holding integers too long for a double are decoded exactly.)
+ */
 function zero (v: unknown): unknown {
   if (Array.isArray(v)) return []
   if (v === null) return null
+  if (isJsonNumber(v)) return 0
   switch (typeof v) {
     case 'string': return ''
     case 'number': return 0
@@ -50,21 +56,36 @@ async function visibleImages (call: Call): Promise<any[]> {
 }
 
 export async function filterDataUsage (call: Call, df: any): Promise<unknown> {
-  const containers = list(df?.Containers).filter((c) => ownerOf(c?.Labels) === call.tenant)
+  // API 1.52 moved the lists into per-type summaries (ImageUsage.Items...): both shapes are narrowed.
+  const containers = list(df?.Containers ?? df?.ContainerUsage?.Items).filter((c) => ownerOf(c?.Labels) === call.tenant)
   // An image's Containers counts every container using it, other tenants' too: only the tenant's own are counted.
   const using = new Map<string, number>()
   for (const c of containers) using.set(String(c?.ImageID), (using.get(String(c?.ImageID)) ?? 0) + 1)
-  const images = list(df?.Images).filter((i) => [null, call.tenant].includes(ownerOf(i?.Labels)))
-    .map((i) => typeof i?.Containers === 'number' && i.Containers >= 0 ? { ...i, Containers: using.get(String(i.Id)) ?? 0 } : i)
-  return {
-    ...df,
-    // The sizes of the images the tenant sees (layers shared between them count once per image).
-    LayersSize: images.reduce((sum, i) => sum + (Number(i?.Size) || 0), 0),
-    Images: images,
-    Containers: containers,
-    Volumes: list(df?.Volumes).filter((v) => ownerOf(v?.Labels) === call.tenant),
-    BuildCache: [],
+  const images = list(df?.Images ?? df?.ImageUsage?.Items).filter((i) => [null, call.tenant].includes(ownerOf(i?.Labels)))
+    .map((i) => (typeof i?.Containers === 'number' || isJsonNumber(i?.Containers)) && Number(i.Containers) >= 0 ? { ...i, Containers: using.get(String(i.Id)) ?? 0 } : i)
+  const volumes = list(df?.Volumes ?? df?.VolumeUsage?.Items).filter((v) => ownerOf(v?.Labels) === call.tenant)
+  const size = (xs: any[], f: (x: any) => unknown): number => xs.reduce((sum, x) => sum + (Number(f(x)) || 0), 0)
+  // Only what the engine sent is answered, rebuilt from what the tenant may see: a field
+  // of a newer engine the gateway does not know is left out rather than passed on whole.
+  const out: Record<string, unknown> = {}
+  if ('LayersSize' in (df ?? {})) out.LayersSize = size(images, (i) => i?.Size)
+  if ('Images' in (df ?? {})) out.Images = images
+  if ('Containers' in (df ?? {})) out.Containers = containers
+  if ('Volumes' in (df ?? {})) out.Volumes = volumes
+  if ('BuildCache' in (df ?? {})) out.BuildCache = []
+  const summary = (key: string, items: any[], active: (x: any) => boolean, reclaimable: number, total: number): void => {
+    const s = df?.[key]
+    if (s === undefined || s === null || typeof s !== 'object') return
+    out[key] = { ActiveCount: items.filter(active).length, TotalCount: items.length, Reclaimable: reclaimable, TotalSize: total, ...(Array.isArray(s.Items) ? { Items: items } : {}) }
   }
+  const unusedImages = images.filter((i) => !(Number(i?.Containers) > 0))
+  summary('ImageUsage', images, (i) => Number(i?.Containers) > 0, size(unusedImages, (i) => i?.Size), size(images, (i) => i?.Size))
+  const stopped = containers.filter((c) => c?.State !== 'running')
+  summary('ContainerUsage', containers, (c) => c?.State === 'running', size(stopped, (c) => c?.SizeRw), size(containers, (c) => c?.SizeRw))
+  const unusedVolumes = volumes.filter((v) => !(Number(v?.UsageData?.RefCount) > 0))
+  summary('VolumeUsage', volumes, (v) => Number(v?.UsageData?.RefCount) > 0, size(unusedVolumes, (v) => v?.UsageData?.Size), size(volumes, (v) => v?.UsageData?.Size))
+  summary('BuildCacheUsage', [], () => false, 0, 0)
+  return out
 }
 
 /**
@@ -90,7 +111,9 @@ export function filterEvents (call: Call): (event: any) => Promise<boolean> {
     } catch { mine = false }
     return remember(`${kind}:${id}`, mine)
   }
-  const engine = call.r.engine().catch(() => 'docker' as const)
+  // Asked once, and only when a predefined network's event needs it.
+  let engine: Promise<EngineKind> | undefined
+  const engineKind = async (): Promise<EngineKind> => await (engine ??= call.r.engine().catch(() => 'docker' as const))
   return async (ev: any): Promise<boolean> => {
     const attrs = ev?.Actor?.Attributes ?? {}
     const id = String(ev?.Actor?.ID ?? ev?.id ?? '')
@@ -101,7 +124,7 @@ export function filterEvents (call: Call): (event: any) => Promise<boolean> {
       case 'volume': return ownBy('volume', id || String(attrs.name ?? ''))
       case 'network': {
         if (await ownBy('network', id)) return true
-        if (!isPredefinedNetwork(attrs.name, await engine) || !attrs.container) return false
+        if (!isPredefinedNetwork(attrs.name, await engineKind()) || !attrs.container) return false
         const known = seen.get(`container:${attrs.container}`)
         if (known !== undefined) return known
         return remember(`container:${attrs.container}`, (await call.r.container(attrs.container, call.tenant).catch(() => ({ state: 'missing' }))).state === 'own')

@@ -28,7 +28,12 @@
  *   - in a map, and in any object the schema knows nothing about: keys are kept verbatim
  *     and only exact duplicates are refused (`a` and `A` are two labels);
  *   - exact duplicate keys are refused everywhere;
- *   - nesting deeper than MAX_DEPTH levels is refused.
+ *   - nesting deeper than MAX_DEPTH levels, or more than MAX_VALUES values in one body,
+ *     is refused (before the policy spends time on them);
+ *   - what the engine does with the decoded value before it acts on it is applied to the
+ *     value (quirks.ts): a ContainerCreate body's deprecated top-level host configuration
+ *     (the schema gives that operation the engine's wrapper type) is resolved into
+ *     `HostConfig` as the engine resolves it.
  *
  * Operations with no schema entry (none of the catalog's JSON operations today; see
  * hasBodySchema) are decoded generically: every object is treated as a map, so only exact
@@ -51,6 +56,7 @@
 import { isUtf8 } from 'node:buffer'
 import { GatewayError } from '../../gateway/errors'
 import { JsonNumber } from './number'
+import { resolveEngineQuirks } from './quirks'
 import { ANY_NODE, bodySchemas, type BodyNode } from './schema'
 
 export { JsonNumber, isJsonNumber } from './number'
@@ -67,6 +73,12 @@ export interface DecodedBody {
 
 /** Objects and arrays nested deeper than this are refused (Go's own limit is 10000). */
 export const MAX_DEPTH = 512
+/**
+ * Values (scalars, objects, arrays) in one body above this are refused: no Docker client
+ * sends a configuration of that size, and each value costs the policy time for every
+ * request, which one tenant could otherwise spend for everyone.
+ */
+export const MAX_VALUES = 50_000
 
 const EMPTY = Buffer.alloc(0)
 const NON_ASCII = /[^\x00-\x7f]/
@@ -96,7 +108,24 @@ export function decodeBody (operationId: string, raw: Buffer): DecodedBody {
   const value = p.value(root, 0)
   p.ws()
   if (p.pos < p.s.length) p.fail('unexpected data after the JSON value')
+  resolveEngineQuirks(operationId, value)
   return { value, bytes: Buffer.from(encode(value, 0, false), 'utf8') }
+}
+
+/**
+ * Decode a JSON document the engine sent (an answer the gateway narrows for a tenant):
+ * every object read as a map (keys verbatim, null prototype), every number a JsonNumber
+ * holding the engine's exact digits, surrounding whitespace allowed. Throws BODY_INVALID
+ * on anything that is not one strict JSON value.
+ */
+export function decodeJson (raw: Buffer): unknown {
+  if (!isUtf8(raw)) throw invalid('document is not valid UTF-8')
+  const p = new Parser(raw.toString('utf8'))
+  p.ws()
+  const value = p.value(ANY_NODE, 0)
+  p.ws()
+  if (p.pos < p.s.length) p.fail('unexpected data after the JSON value')
+  return value
 }
 
 /**
@@ -205,7 +234,10 @@ class Parser {
     this.pos = i
   }
 
+  private values = 0
+
   value (node: BodyNode, depth: number): JsonValue {
+    if (++this.values > MAX_VALUES) this.refuse(`more than ${MAX_VALUES} values`)
     const s = this.s
     const c = s.charCodeAt(this.pos)
     switch (c) {

@@ -57,10 +57,42 @@ export function compileTree (tree: unknown, where: string): BodyNode {
   }
 }
 
+/** The deprecated top-level `Cpuset` of a ContainerCreate body (runconfig.ContainerConfigWrapper's own field). */
+export const LEGACY_CPUSET = 'Cpuset'
+
+/**
+ * The Go type the engine decodes a ContainerCreate body into is not the spec's: it is
+ * runconfig.ContainerConfigWrapper (moby 20.10, runconfig/config_unix.go), which embeds
+ * the container Config, has `HostConfig`, `NetworkingConfig` and a deprecated `Cpuset`
+ * string of its own, and embeds a second, deprecated *HostConfig whose fields Go
+ * promotes to the top level. So `{"Privileged": true}` at the top level is a field the
+ * engine reads, matched ignoring case like any other. The decoder is given that wrapper:
+ * top-level host fields are renamed to their canonical spelling and case variants are
+ * refused as everywhere else; quirks.ts then resolves them as the engine does.
+ *
+ * Go drops promoted fields whose names collide at one depth, and a shallower field
+ * hides a deeper one: no Config field shares a name with a HostConfig field today, and
+ * a spec that made one would fail here rather than be guessed at.
+ */
+function containerConfigWrapper (create: unknown): unknown {
+  const hc = isRec(create) && isRec(create.f) ? create.f.HostConfig : undefined
+  if (!isRec(create) || !isRec(create.f) || !isRec(hc) || hc.t !== 'struct' || !isRec(hc.f)) {
+    throw new Error('body schema: ContainerCreate.HostConfig is not a struct')
+  }
+  const own = new Set(Object.keys(create.f).map((k) => k.toLowerCase()))
+  const promoted: Record<string, unknown> = { ...hc.f, [LEGACY_CPUSET]: { t: 'any' } }
+  for (const name of Object.keys(promoted)) {
+    if (own.has(name.toLowerCase())) throw new Error(`body schema: ContainerCreate: ${name} is both a container config field and a deprecated top-level host config field`)
+  }
+  return { t: 'struct', f: { ...create.f, ...promoted } }
+}
+
 function compileFile (file: unknown): ReadonlyMap<string, BodyNode> {
   if (!isRec(file) || !isRec(file.operations)) throw new Error('body schema: no operations')
   const out = new Map<string, BodyNode>()
-  for (const [id, tree] of Object.entries(file.operations)) out.set(id, compileTree(tree, id))
+  for (const [id, tree] of Object.entries(file.operations)) {
+    out.set(id, compileTree(id === 'ContainerCreate' ? containerConfigWrapper(tree) : tree, id))
+  }
   return out
 }
 
@@ -82,7 +114,7 @@ function libpodBodies (): Array<readonly [string, BodyNode]> {
   })
 }
 
-/** operationId -> the tree of its JSON request body. */
+/** operationId -> the tree of its JSON request body (ContainerCreate: the engine's wrapper, above). */
 export const bodySchemas: ReadonlyMap<string, BodyNode> = new Map([
   ...engineBodies,
   ...Object.entries(GATEWAY_BODIES).map(([id, tree]) => [id, compileTree(tree, id)] as const),
