@@ -378,6 +378,10 @@ networks:
       t.same(await libpod('a', 'networks'), [`${a}-net`], 'A: libpod networks/json')
       t.same(await libpod('b', 'containers'), [b], 'B: libpod containers/json')
       t.same(await libpod('admin', 'containers'), [a, adm, b], 'admin: libpod containers/json, everything')
+      const viewA = JSON.parse((await ask(socks.a, 'GET', `/v${pm.libpodVersion}/libpod/containers/${a}/json`)).text)
+      const viewAdmin = JSON.parse((await ask(socks.admin, 'GET', `/v${pm.libpodVersion}/libpod/containers/${a}/json`)).text)
+      t.equal(viewA?.Config?.Labels?.[TENANT_LABEL], undefined, 'A\'s libpod inspect of its container shows no owner label')
+      t.equal(viewAdmin?.Config?.Labels?.[TENANT_LABEL], TA, 'the admin\'s shows it')
     })
 
     await t.test('another tenant\'s object answers exactly as Podman answers for a missing one', async (t) => {
