@@ -12,24 +12,33 @@
  */
 import fs from 'node:fs'
 import { parseArgs } from 'node:util'
+import jwt from 'jsonwebtoken'
 import pino from 'pino'
-import { ConfigError, defaultConfig, loadConfig, type Config } from './config'
+import { ConfigError, defaultConfig, loadConfig, type Config, type UpstreamOverrides } from './config'
 import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
-import { check, runFixtures } from './policy/tool'
+import { check, decidingLines, runFixtures } from './policy/tool'
 
 const HELP = `Usage: portcullis <command> [options]
 
 A policy gateway for the Docker Engine API.
 
 Commands:
-  serve [--config FILE]     Run the gateway. Without a config file (or PORTCULLIS_CONFIG)
+  serve [--config FILE] [--upstream URL]
+                            Run the gateway. Without a config file (or PORTCULLIS_CONFIG)
                             it serves on built-in defaults: unix socket ./portcullis.sock
                             (mode 0600; you, role admin) and 127.0.0.1:2375 (bearer
-                            tokens only), upstream unix:///var/run/docker.sock,
-                            policies from ./policies.
+                            tokens only), policies from ./policies.
+                            The engine: --upstream URL (unix:///path, tcp://host:port),
+                            else the config file's upstream, else DOCKER_HOST (with
+                            DOCKER_TLS_VERIFY, DOCKER_CERT_PATH), else
+                            unix:///var/run/docker.sock.
   config check FILE         Validate a config file; lists every problem, exits 1 if any.
+  token [--config FILE] --subject S [--tenant T] [--roles R1,R2] [--ttl 24h]
+                            Print a bearer token (JWT) the gateway accepts, signed with the
+                            config's auth.jwt.secret, with its claim names, issuer and
+                            audience; --ttl in s, m, h or d (default 24h).
   policy check [--dir DIR] --subject S [--tenant T] [--roles R1,R2] METHOD PATH [--body FILE]
                             Decide one request with the policy in DIR (default ./policies):
                             prints the decision, the rule that decided and any rewrite.
@@ -56,8 +65,8 @@ function version (): string {
   return (require('../../package.json') as { version: string }).version
 }
 
-function configFrom (file: string | undefined): Config {
-  return file ? loadConfig(file) : defaultConfig()
+function configFrom (file: string | undefined, upstream: UpstreamOverrides): Config {
+  return file ? loadConfig(file, upstream) : defaultConfig(process.cwd(), upstream)
 }
 
 function reportConfigError (err: unknown): number {
@@ -69,17 +78,19 @@ function reportConfigError (err: unknown): number {
 }
 
 async function serve (args: string[]): Promise<number> {
-  let values: { config?: string }
+  let values: { config?: string, upstream?: string }
   try {
-    values = parseArgs({ args, options: { config: { type: 'string', short: 'c' } }, allowPositionals: false }).values
+    values = parseArgs({ args, options: { config: { type: 'string', short: 'c' }, upstream: { type: 'string' } }, allowPositionals: false }).values
   } catch (err) {
     process.stderr.write(`portcullis serve: ${(err as Error).message}\n\n${HELP}`)
     return 2
   }
   const file = values.config ?? process.env.PORTCULLIS_CONFIG
+  // Read once: a SIGHUP reload keeps the engine the gateway started with.
+  const upstream: UpstreamOverrides = { ...(values.upstream !== undefined ? { flag: values.upstream } : {}), env: { ...process.env }, cwd: process.cwd() }
   let config: Config
   try {
-    config = configFrom(file)
+    config = configFrom(file, upstream)
   } catch (err) {
     return reportConfigError(err)
   }
@@ -101,7 +112,7 @@ async function serve (args: string[]): Promise<number> {
       return
     }
     try {
-      void gateway.reload(loadConfig(file))
+      void gateway.reload(loadConfig(file, upstream))
     } catch (err) {
       if (err instanceof ConfigError) log.error({ problems: err.problems }, 'SIGHUP: new configuration is invalid; keeping the running one')
       else log.error({ err: { message: (err as Error).message } }, 'SIGHUP: reload failed')
@@ -115,6 +126,54 @@ async function serve (args: string[]): Promise<number> {
     process.once('SIGTERM', stop)
     process.once('SIGINT', stop)
   })
+}
+
+/** `90`, `90s`, `15m`, `8h`, `7d` -> seconds. */
+function ttlSeconds (text: string): number | null {
+  const m = /^([1-9][0-9]*)([smhd]?)$/.exec(text)
+  if (!m) return null
+  return Number(m[1]) * { '': 1, s: 1, m: 60, h: 3600, d: 86400 }[m[2] as '' | 's' | 'm' | 'h' | 'd']
+}
+
+/**
+ * A token for the gateway's own HS* secret: what an identity provider would issue,
+ * for trying the gateway out and for small set-ups. Tokens verified with public keys
+ * come from whoever holds the private key.
+ */
+function token (args: string[]): number {
+  const usage = 'usage: portcullis token [--config FILE] --subject S [--tenant T] [--roles R1,R2] [--ttl 24h]\n'
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { config: { type: 'string', short: 'c' }, subject: { type: 'string' }, tenant: { type: 'string' }, roles: { type: 'string' }, ttl: { type: 'string' } },
+  })
+  if (!values.subject || positionals.length) { process.stderr.write(usage); return 2 }
+  const ttl = ttlSeconds(values.ttl ?? '24h')
+  if (ttl === null) { process.stderr.write(`portcullis token: --ttl ${JSON.stringify(values.ttl)}: expected a number of seconds, or a number with s, m, h or d\n`); return 2 }
+  const file = values.config ?? process.env.PORTCULLIS_CONFIG
+  if (!file) { process.stderr.write(`portcullis token: no config file (--config FILE or PORTCULLIS_CONFIG): the token is signed with its auth.jwt.secret\n${usage}`); return 2 }
+  let jwtConfig
+  try {
+    jwtConfig = loadConfig(file).auth.jwt
+  } catch (err) {
+    return reportConfigError(err)
+  }
+  if (jwtConfig?.secret === undefined) {
+    process.stderr.write(`portcullis token: ${file} has no auth.jwt.secret; ${jwtConfig ? 'with public keys, tokens come from whoever holds the private key' : 'add auth: { jwt: { secret: ... } } to sign tokens'}\n`)
+    return 1
+  }
+  const claims = { subject: jwtConfig.claims?.subject ?? 'sub', tenant: jwtConfig.claims?.tenant ?? 'tenant', roles: jwtConfig.claims?.roles ?? 'roles' }
+  const roles = (values.roles ?? '').split(',').map((r) => r.trim()).filter(Boolean)
+  const audience = typeof jwtConfig.audience === 'string' ? jwtConfig.audience : jwtConfig.audience?.[0]
+  const signed = jwt.sign({
+    [claims.subject]: values.subject,
+    ...(values.tenant ? { [claims.tenant]: values.tenant } : {}),
+    [claims.roles]: roles,
+    ...(jwtConfig.issuer !== undefined ? { iss: jwtConfig.issuer } : {}),
+    ...(audience !== undefined ? { aud: audience } : {}),
+  }, jwtConfig.secret, { algorithm: (jwtConfig.algorithms?.[0] ?? 'HS256') as jwt.Algorithm, expiresIn: ttl })
+  process.stdout.write(`${signed}\n`)
+  return 0
 }
 
 function configCheck (args: string[]): number {
@@ -150,8 +209,12 @@ async function policyCheck (args: string[]): Promise<number> {
   const who = { subject: values.subject, tenant: values.tenant ?? null, roles: (values.roles ?? '').split(',').filter(Boolean) }
   const body = values.body ? fs.readFileSync(values.body) : undefined
   const r = await check(policy, who, positionals[0], positionals[1], body)
+  for (const w of policy.warnings) process.stderr.write(`warning: ${w}\n`)
+  const deciding = decidingLines(r)
   process.stdout.write(`operation: ${r.operation || '(none)'}\ndecision:  ${r.decision}\nrule:      ${r.rule ?? (r.error ? '(refused before policy)' : '(no rule allows it)')}\n` +
     (r.error ? `error:     ${r.error}\n` : '') +
+    (deciding.length ? `why:\n${deciding.map((l) => `  ${l}\n`).join('')}` : '') +
+    (r.facts ? `facts:     ${r.facts.length ? r.facts.join(', ') : '(none set)'}\n` : '') +
     (r.wouldDeny.length ? `would deny (audit mode): ${r.wouldDeny.join(', ')}\n` : '') +
     `rewrites:  ${r.rewrites.length ? r.rewrites.join(', ') : '(none)'}\n` +
     (r.body && r.rewrites.length && r.decision !== 'deny' ? `body sent: ${r.body}\n` : '') +
@@ -161,7 +224,8 @@ async function policyCheck (args: string[]): Promise<number> {
 
 async function policyTest (args: string[]): Promise<number> {
   const dir = args[0] ?? 'policies'
-  const { lines, passed, failed } = await runFixtures(dir)
+  const { lines, passed, failed, warnings } = await runFixtures(dir)
+  for (const w of warnings) process.stderr.write(`warning: ${w}\n`)
   process.stdout.write(lines.join('\n') + `\n${passed} passed, ${failed} failed\n`)
   return failed ? 1 : 0
 }
@@ -229,6 +293,13 @@ export async function main (argv: string[]): Promise<number> {
       return await policy(rest)
     case 'audit':
       return audit(rest)
+    case 'token':
+      try {
+        return token(rest)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS') === true) { process.stderr.write(`portcullis token: ${(err as Error).message}\n`); return 2 }
+        throw err
+      }
     case 'config':
       if (rest[0] === 'check') return configCheck(rest.slice(1))
       process.stderr.write('usage: portcullis config check FILE\n')

@@ -31,8 +31,8 @@ async function sleep (ms: number): Promise<void> {
 const USER_ENV = { NODE_OPTIONS: '' }
 
 /** Run the CLI to completion. */
-async function portcullis (args: string[], opts: { cwd?: string } = {}): Promise<{ code: number | null, stdout: string, stderr: string }> {
-  const r = await run(process.execPath, [CLI, ...args], { host: '', cwd: opts.cwd, env: USER_ENV, timeoutMs: 30_000 })
+async function portcullis (args: string[], opts: { cwd?: string, env?: NodeJS.ProcessEnv } = {}): Promise<{ code: number | null, stdout: string, stderr: string }> {
+  const r = await run(process.execPath, [CLI, ...args], { host: opts.env?.DOCKER_HOST ?? '', cwd: opts.cwd, env: { ...USER_ENV, ...opts.env }, timeoutMs: 30_000 })
   return { code: r.code, stdout: r.stdout.toString(), stderr: r.stderr }
 }
 
@@ -103,6 +103,8 @@ async function stopsCleanly (t: tap.Test, gw: Serve, sock: string): Promise<void
 function serve (t: Teardown, args: string[], opts: { env?: NodeJS.ProcessEnv, cwd?: string } = {}): Serve {
   const env: NodeJS.ProcessEnv = { ...process.env, ...USER_ENV, ...opts.env }
   if (opts.env?.PORTCULLIS_CONFIG === undefined) delete env.PORTCULLIS_CONFIG
+  // The gateway reads DOCKER_HOST when nothing else names the engine: only where a test says so.
+  if (opts.env?.DOCKER_HOST === undefined) delete env.DOCKER_HOST
   return new Serve(t, spawn(process.execPath, [CLI, 'serve', ...args], { cwd: opts.cwd, env, stdio: 'pipe' }))
 }
 
@@ -447,4 +449,140 @@ t.test('serve refuses to start on a socket another process is serving', async (t
   t.equal(code, 1, 'exit 1')
   t.match(gw.lines().find((l) => l.msg === 'cannot start'), { level: 60, err: { message: `${sock} is in use by a running process` } }, 'a fatal log line says why')
   t.notOk(gw.lines().some((l) => l.msg === 'portcullis started'), 'never started')
+})
+
+t.test('the engine: --upstream, else the config file\'s upstream, else DOCKER_HOST', async (t) => {
+  const dir = tempDir(t, 'pcc-')
+  const nowhere = `unix://${path.join(dir, 'nowhere', 'docker.sock')}`
+  const withUpstream = (url: string): string => writeConfig(dir, configText(dir).replace(/^upstream: .*$/m, `upstream: ${url}`))
+  const sock = path.join(dir, 'gw.sock')
+  const cases: Array<[string, () => string, string[], NodeJS.ProcessEnv, string]> = [
+    ['DOCKER_HOST when the file has no upstream', () => writeConfig(dir, configText(dir).replace(/^upstream: .*\n/m, '')), [], { DOCKER_HOST: engine().dockerHost }, 'DOCKER_HOST'],
+    ['--upstream over the file and DOCKER_HOST', () => withUpstream(nowhere), ['--upstream', engine().dockerHost], { DOCKER_HOST: nowhere }, '--upstream'],
+    ['the file over DOCKER_HOST', () => withUpstream(engine().dockerHost), [], { DOCKER_HOST: nowhere }, 'config'],
+  ]
+  for (const [what, file, args, env, from] of cases) {
+    const gw = serve(t, ['--config', file(), ...args], { env })
+    await gw.started()
+    const started = gw.lines().find((l) => l.msg === 'portcullis started') as { config: { upstream: unknown } }
+    t.same(started.config.upstream, { kind: 'unix', url: engine().dockerHost, from }, `${what}: the start-up line names the engine and where it came from`)
+    t.equal((await call(sock, '/v1.41/_ping')).status, 200, `${what}: the engine answers through the gateway`)
+    await stopsCleanly(t, gw, sock)
+  }
+})
+
+t.test('an upstream that is the gateway\'s own listener is refused', async (t) => {
+  const cwd = tempDir(t, 'pcc-cwd-')
+  fs.cpSync(POLICIES, path.join(cwd, 'policies'), { recursive: true })
+  // A shell that uses docker through the gateway has DOCKER_HOST pointing at it.
+  const own = `unix://${path.join(cwd, 'portcullis.sock')}`
+  const loop = serve(t, [], { cwd, env: { DOCKER_HOST: own } })
+  const exit = await loop.exit
+  t.equal(exit.code, 2, 'exit 2')
+  t.match(loop.stderr, `  - DOCKER_HOST: ${own} is this gateway's own listener (listen[0]): it would forward every request to itself; give the engine's address with --upstream (e.g. --upstream unix:///var/run/docker.sock) or unset DOCKER_HOST\n`, 'the error says why and what to do')
+  t.notOk(fs.existsSync(path.join(cwd, 'portcullis.sock')), 'nothing was opened')
+
+  const dir = tempDir(t, 'pcc-')
+  const flag = serve(t, ['--config', writeConfig(dir), '--upstream', 'unix://gw.sock'], { cwd: dir })
+  t.equal((await flag.exit).code, 2, '--upstream naming its own socket (relative to the working directory): exit 2')
+  t.match(flag.stderr, `  - --upstream: unix://${path.join(dir, 'gw.sock')} is this gateway's own listener (listen[0])`, 'and says so')
+
+  const tcp = serve(t, [], { cwd, env: { DOCKER_HOST: 'tcp://localhost' } })
+  t.equal((await tcp.exit).code, 2, 'DOCKER_HOST=tcp://localhost (port 2375, the default TCP listener): exit 2')
+  t.match(tcp.stderr, '  - DOCKER_HOST: tcp://localhost:2375 is this gateway\'s own listener (listen[1])', 'and says so')
+})
+
+t.test('npm start -- --upstream URL reaches serve', async (t) => {
+  const dir = tempDir(t, 'pcc-')
+  const sock = path.join(dir, 'gw.sock')
+  const file = writeConfig(dir, configText(dir).replace(/^upstream: .*$/m, `upstream: unix://${path.join(dir, 'nowhere.sock')}`))
+  // --ignore-scripts skips prestart (the build: already done); the start script itself runs.
+  const env: NodeJS.ProcessEnv = { ...process.env, ...USER_ENV }
+  delete env.DOCKER_HOST
+  const child = spawn('npm', ['--silent', '--ignore-scripts', 'start', '--', '--config', file, '--upstream', engine().dockerHost], { cwd: path.join(__dirname, '..', '..'), env, stdio: 'pipe', detached: true })
+  const gw = new Serve(t, child)
+  t.teardown(() => { try { process.kill(-child.pid!, 'SIGKILL') } catch {} })
+  await gw.started()
+  const started = gw.lines().find((l) => l.msg === 'portcullis started') as { config: { upstream: unknown } }
+  t.same(started.config.upstream, { kind: 'unix', url: engine().dockerHost, from: '--upstream' }, 'the flag reached portcullis serve')
+  t.equal((await call(sock, '/v1.41/_ping')).status, 200, 'and the engine answers through it')
+  // npm and the gateway both get the signal; npm may be gone before the gateway has closed.
+  process.kill(-child.pid!, 'SIGTERM')
+  await gw.exit
+  await gw.until('the gateway to remove its socket', () => !fs.existsSync(sock), 10_000).catch(() => undefined)
+  t.notOk(fs.existsSync(sock), 'stopped by SIGTERM')
+})
+
+t.test('without an engine: one warning, backoff, a clear 502, and a line when it is back', async (t) => {
+  const dir = tempDir(t, 'pcc-')
+  const missing = path.join(dir, 'engine', 'docker.sock')
+  const sock = path.join(dir, 'gw.sock')
+  const gw = serve(t, ['--config', writeConfig(dir), '--upstream', `unix://${missing}`])
+  await gw.started()
+  const warning = await gw.logged('cannot follow the engine\'s events: ' +
+    `cannot reach the Docker engine at unix://${missing}: ENOENT (no socket there: is the engine running? The gateway forwards to --upstream, else the config file's upstream, else DOCKER_HOST); ` +
+    'ownership cache off, retrying (backoff up to 30 s)')
+  t.match(warning, { level: 40, upstream: `unix://${missing}` }, 'one warning naming the engine and the cause')
+  const answer = await call(sock, '/v1.41/version')
+  t.equal(answer.status, 502, 'a request gets 502')
+  t.match(answer.json(), { message: `cannot reach the Docker engine at unix://${missing}: ENOENT (no socket there` }, 'naming the engine and why')
+  // Attempts at 0, 1, 3, 7 s... ; a line a second was the old behaviour.
+  await sleep(5500)
+  const about = gw.lines().filter((l) => /event/.test(l.msg ?? ''))
+  t.equal(about.length, 1, `over ${5.5 + 0.5} s, one line about the event stream`, { lines: about })
+
+  fs.mkdirSync(path.dirname(missing))
+  fs.symlinkSync(engine().socket, missing)
+  const back = await gw.logged('engine event stream connected again; ownership cache on', 20_000)
+  t.match(back, { level: 30, upstream: `unix://${missing}`, attempts: Number }, 'info when it is back')
+  t.equal((await call(sock, '/v1.41/_ping')).status, 200, 'requests reach the engine')
+  await stopsCleanly(t, gw, sock)
+})
+
+t.test('policy check lists every denying rule with why; a layer that allows nothing is warned about', async (t) => {
+  const dir = tempDir(t, 'pcc-pol-')
+  fs.cpSync(POLICIES, dir, { recursive: true })
+  const body = path.join(dir, 'create.json')
+  fs.writeFileSync(body, JSON.stringify({ Image: 'busybox', Env: ['API_KEY=pcc-secret-value'], HostConfig: { Privileged: true, Binds: ['/etc:/x'], CapAdd: ['SYS_ADMIN'] } }))
+  const check = ['policy', 'check', '--dir', dir, '--subject', 'bob', '--tenant', 'team-a', '--roles', 'tenant', 'POST', '/v1.41/containers/create', '--body', body]
+  const r = await portcullis(check)
+  t.equal(r.code, 1, 'a denial: exit 1')
+  t.match(r.stdout, /^decision: {2}deny\nrule: {6}no-privileged\n/m, 'the decision and the rule the gateway names')
+  t.match(r.stdout, '\nwhy:\n' +
+    '  denied by no-privileged (base.csv): matched privileged true (HostConfig.Privileged, --privileged); allowed: privileged false or unset\n' +
+    '  denied by host-binds (base.csv): matched hostPaths /etc (HostConfig.Binds/Mounts, -v/--mount); allowed: hostPaths under /srv/portcullis/team-a\n' +
+    '  denied by capabilities (base.csv): matched capAdd SYS_ADMIN (HostConfig.CapAdd, --cap-add); allowed: capAdd only AUDIT_WRITE, ', 'every denying rule, with the field, the value and what is allowed')
+  t.match(r.stdout, '\n  allowed by tenant-containers (base.csv)\n', 'and the rule that would allow it')
+  t.match(r.stdout, /\nfacts: {5}privileged=true, hostPaths=\[\/etc\], capAdd=\[SYS_ADMIN\]/, 'and the facts')
+  t.notMatch(r.stdout, /pcc-secret-value/, 'never an environment value')
+  t.equal(r.stderr, '', 'no warning for the shipped policy')
+
+  fs.writeFileSync(path.join(dir, 'extra.csv'), 'p, tenant, *, ContainerCreate, *, deny, no-big-memory, "r.obj.memory > 268435456"\n')
+  fs.writeFileSync(path.join(dir, 'policy.yaml'), 'model: model.conf\npolicies:\n  - { file: base.csv, mode: enforce }\n  - { file: extra.csv, mode: enforce }\nrewrites: rewrites.yaml\ntenancy: tenancy.yaml\n')
+  const ps = await portcullis(['policy', 'check', '--dir', dir, '--subject', 'bob', '--tenant', 'team-a', '--roles', 'tenant', 'GET', '/v1.41/containers/json'])
+  t.equal(ps.code, 1, 'with a deny-only layer, docker ps is denied')
+  t.match(ps.stderr, /^warning: extra\.csv has no allow rule, so it denies every request: each enforce-mode file is a layer that must itself allow a request\./, 'policy check warns, naming the file')
+  t.match(ps.stdout, '  allowed by tenant-containers (base.csv)\n  denied: no allow rule in extra.csv applies to ContainerList for roles tenant (each enforce-mode file is a layer that must itself allow a request; base.csv allowed it)\n', 'and says which layer denied and why')
+  const fixtures = await portcullis(['policy', 'test', dir])
+  t.match(fixtures.stderr, /^warning: extra\.csv has no allow rule/, 'policy test warns too')
+})
+
+t.test('token: a bearer token signed with the config\'s secret', async (t) => {
+  const dir = tempDir(t, 'pcc-')
+  const secret = 'pcc-token-test-secret-0123456789abcdef'
+  const file = path.join(dir, 'p.yaml')
+  fs.writeFileSync(file, `auth: { jwt: { secret: "${secret}", issuer: https://idp.example, audience: [portcullis, other], claims: { subject: email, tenant: org, roles: groups } } }\n`)
+  const r = await portcullis(['token', '--config', file, '--subject', 'alice@example.com', '--tenant', 'acme', '--roles', 'tenant,ci', '--ttl', '2h'])
+  t.equal(r.code, 0, 'exit 0')
+  const { default: jwt } = await import('jsonwebtoken')
+  const claims = jwt.verify(r.stdout.trim(), secret, { algorithms: ['HS256'], issuer: 'https://idp.example', audience: 'portcullis' }) as Record<string, unknown>
+  t.match(claims, { email: 'alice@example.com', org: 'acme', groups: ['tenant', 'ci'] }, 'the configured claim names')
+  t.equal((claims.exp as number) - (claims.iat as number), 7200, '--ttl 2h')
+
+  fs.writeFileSync(path.join(dir, 'none.yaml'), 'log: { level: info }\n')
+  const none = await portcullis(['token', '--config', path.join(dir, 'none.yaml'), '--subject', 'a'])
+  t.equal(none.code, 1, 'without auth.jwt.secret: exit 1')
+  t.match(none.stderr, 'has no auth.jwt.secret; add auth: { jwt: { secret: ... } } to sign tokens', 'and says what is missing')
+  const ttl = await portcullis(['token', '--config', file, '--subject', 'a', '--ttl', 'soon'])
+  t.equal(ttl.code, 2, 'a bad --ttl: exit 2')
 })

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -350,6 +350,58 @@ t.test('tcp addresses and ports', async (t) => {
     ok.listen.map((l) => (l.kind === 'tcp' ? [l.host, l.port] : [])),
     [['localhost', 0], ['127.0.0.1', 0], ['::', 65535]],
   );
+});
+
+t.test('the upstream from --upstream, the file, DOCKER_HOST, or the default', async (t) => {
+  const env = { DOCKER_HOST: 'unix:///run/user/1000/docker.sock' };
+  const file = '/etc/portcullis/p.yaml';
+  const from = (c: Config): [string, string | undefined] => [c.upstream.url, c.upstreamFrom];
+  t.same(from(parseConfig('log: { level: info }\n', file)), ['unix:///var/run/docker.sock', 'default'], 'nothing given: the default');
+  t.same(from(parseConfig('log: { level: info }\n', file, { env })), ['unix:///run/user/1000/docker.sock', 'DOCKER_HOST'], 'DOCKER_HOST when the file has none');
+  t.same(from(parseConfig('upstream: tcp://10.0.0.1:2375\n', file, { env })), ['tcp://10.0.0.1:2375', 'config'], 'the file over DOCKER_HOST');
+  t.same(from(parseConfig('upstream: tcp://10.0.0.1:2375\n', file, { env, flag: 'unix:///srv/docker.sock' })), ['unix:///srv/docker.sock', '--upstream'], '--upstream over both');
+  t.same(from(defaultConfig('/home/u/src', { env: {}, flag: 'unix://run/d.sock', cwd: '/home/u' })), ['unix:///home/u/run/d.sock', '--upstream'], 'a relative path given on the command line is relative to the working directory');
+  t.same(from(defaultConfig('/home/u/src', { env: { DOCKER_HOST: '' } })), ['unix:///var/run/docker.sock', 'default'], 'an empty DOCKER_HOST is none');
+  t.same(from(defaultConfig('/home/u/src', { env: { DOCKER_HOST: 'tcp://docker.internal' } })), ['tcp://docker.internal:2375', 'DOCKER_HOST'], 'tcp://host: port 2375, as the docker CLI reads it');
+  t.same(problemsOf(() => defaultConfig('/home/u/src', { env: { DOCKER_HOST: 'ssh://me@host' } })), [
+    'DOCKER_HOST: unsupported scheme "ssh://" in "ssh://me@host", expected unix:// or tcp:// (http:// and https:// are also accepted)',
+  ], 'a DOCKER_HOST the gateway cannot use is named as such');
+  t.same(problemsOf(() => parseConfig('log: { level: info }\n', file, { flag: 'docker.sock' })), ['--upstream: expected unix:///path or tcp://host:port, got "docker.sock"']);
+  t.match(describeConfig(parseConfig('log: { level: info }\n', file, { env })), { upstream: { url: 'unix:///run/user/1000/docker.sock', from: 'DOCKER_HOST' } }, 'the start-up summary says where it came from');
+
+  // DOCKER_TLS_VERIFY: the client certificate, key and CA from DOCKER_CERT_PATH, as the docker CLI takes them.
+  const certs = t.testdir({});
+  const missing = problemsOf(() => defaultConfig('/home/u/src', { env: { DOCKER_HOST: 'tcp://10.0.0.5', DOCKER_TLS_VERIFY: '1', DOCKER_CERT_PATH: certs } }));
+  t.same(missing, ['cert', 'key', 'ca'].map((f) => `DOCKER_HOST.tls.${f}: file not readable: ${join(certs, `${f}.pem`)} (ENOENT)`), 'DOCKER_TLS_VERIFY reads DOCKER_CERT_PATH/{cert,key,ca}.pem');
+  if (OPENSSL) {
+    const pair = selfSigned(certs);
+    writeFileSync(join(certs, 'cert.pem'), readFileSync(pair.cert));
+    writeFileSync(join(certs, 'key.pem'), readFileSync(pair.key));
+    writeFileSync(join(certs, 'ca.pem'), readFileSync(pair.cert));
+    const c = defaultConfig('/home/u/src', { env: { DOCKER_HOST: 'tcp://10.0.0.5', DOCKER_TLS_VERIFY: '1', DOCKER_CERT_PATH: certs } });
+    t.match(c.upstream, { kind: 'tcp', url: 'tcp://10.0.0.5:2376', tls: { cert: join(certs, 'cert.pem'), key: join(certs, 'key.pem'), ca: join(certs, 'ca.pem') } }, 'TLS, port 2376 by default');
+  }
+});
+
+t.test('an upstream that is one of the gateway\'s own listeners is refused', async (t) => {
+  t.same(problemsOf(() => defaultConfig('/home/u/src', { env: { DOCKER_HOST: 'unix:///home/u/src/portcullis.sock' } })), [
+    "DOCKER_HOST: unix:///home/u/src/portcullis.sock is this gateway's own listener (listen[0]): it would forward every request to itself; give the engine's address with --upstream (e.g. --upstream unix:///var/run/docker.sock) or unset DOCKER_HOST",
+  ]);
+  t.same(problemsOf(() => defaultConfig('/home/u/src', { flag: 'tcp://127.0.0.1:2375' })), [
+    "--upstream: tcp://127.0.0.1:2375 is this gateway's own listener (listen[1]): it would forward every request to itself; give the engine's address with --upstream (e.g. --upstream unix:///var/run/docker.sock)",
+  ]);
+  t.same(problemsOf(() => parseConfig('listen: [{ tcp: "0.0.0.0:2375", anonymous: true }]\nupstream: tcp://localhost:2375\n', '/etc/portcullis/p.yaml')), [
+    'listen[0].tcp: is the upstream tcp://localhost:2375; the gateway cannot listen on the address it forwards to',
+  ], 'a wildcard listener and a loopback upstream on its port');
+  // The same socket through a symlinked directory.
+  const dir = mkdtempSync(join(tmpdir(), 'pcfg-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  mkdirSync(join(dir, 'real'));
+  symlinkSync(join(dir, 'real'), join(dir, 'link'));
+  t.same(problemsOf(() => parseConfig(`listen: [{ unix: ${join(dir, 'real', 'gw.sock')}, anonymous: true }]\n`, join(dir, 'p.yaml'), { env: { DOCKER_HOST: `unix://${join(dir, 'link', 'gw.sock')}` } })), [
+    `DOCKER_HOST: unix://${join(dir, 'link', 'gw.sock')} is this gateway's own listener (listen[0]): it would forward every request to itself; give the engine's address with --upstream (e.g. --upstream unix:///var/run/docker.sock) or unset DOCKER_HOST`,
+  ]);
+  t.same(parseConfig('listen: [{ tcp: "127.0.0.1:2375", anonymous: true }]\nupstream: tcp://127.0.0.1:2376\n', '/etc/portcullis/p.yaml').upstream.url, 'tcp://127.0.0.1:2376', 'another port is another address');
 });
 
 t.test('upstream URLs', async (t) => {

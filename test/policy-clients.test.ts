@@ -82,11 +82,29 @@ const deniedBy = (op: string, rule: string | null, who: string): RegExp =>
   new RegExp(`${op} denied by ${rule ? `policy rule ${rule} \\(base\\.csv\\)` : 'policy: no rule allows it'} for subject ${who}`)
 
 /** One CLI command as one role: it succeeds with stdout matching `ok`, or fails with stderr matching `refused`. */
-interface Check { role: Role, args: () => string[], ok?: RegExp, refused?: RegExp }
+interface Check { role: Role, args: () => string[], ok?: RegExp, refused?: RegExp, unseen?: RegExp }
 
 const checks: Check[] = [
   { role: 'tenant', args: () => ['run', '--rm', IMAGE, 'echo', 'ordinary'], ok: /^ordinary$/ },
   { role: 'tenant', args: () => ['run', '--rm', '--privileged', IMAGE, 'true'], refused: deniedBy('ContainerCreate', 'no-privileged', 'trudy in tenant team-a') },
+  // The message says which field and value matched and what is allowed; every other rule that denies too; never an
+  // environment value (docker run adds a full stop to the engine's message).
+  {
+    role: 'tenant',
+    args: () => ['run', '--rm', '-v', '/etc:/host-etc', IMAGE, 'true'],
+    refused: new RegExp(`${deniedBy('ContainerCreate', 'host-binds', 'trudy in tenant team-a').source}: matched hostPaths /etc \\(HostConfig\\.Binds/Mounts, -v/--mount\\); allowed: hostPaths under /srv/portcullis/team-a\\.?\n`),
+  },
+  {
+    role: 'tenant',
+    args: () => ['run', '--rm', '-e', 'API_TOKEN=pcpc-secret-value', '--cap-add', 'SYS_ADMIN', '--privileged', IMAGE, 'true'],
+    refused: new RegExp(`${deniedBy('ContainerCreate', 'no-privileged', 'trudy in tenant team-a').source}: matched privileged true \\(HostConfig\\.Privileged, --privileged\\); allowed: privileged false or unset; also denied by capabilities \\(base\\.csv\\)\\.?\n`),
+    unseen: /pcpc-secret-value/,
+  },
+  {
+    role: 'tenant',
+    args: () => ['exec', '-u', 'root', TARGET, 'id'],
+    refused: new RegExp(`${deniedBy('ContainerExec', 'no-root-exec', 'trudy in tenant team-a').source}: matched user root \\(User, --user\\); allowed: user with neither user nor group root \\(0\\), e\\.g\\. 1000:1000\n`),
+  },
   // The build cache carries no owner: a tenant's prune is answered by the gateway, nothing deleted.
   { role: 'tenant', args: () => ['builder', 'prune', '-f', '--filter', `label=pcpc-never=${TARGET}`], ok: /^Total reclaimed space:\s+0B$/m },
   { role: 'readonly', args: () => ['ps', '--filter', `name=${TARGET}`, '--format', '{{.Names}}'], ok: new RegExp(`^${TARGET}$`) },
@@ -100,7 +118,7 @@ const checks: Check[] = [
     args: () => ['events', '--since', String(since), '--until', String(Math.ceil(Date.now() / 1000) + 1), '--filter', `container=${TARGET}`, '--format', '{{.Action}}'],
     ok: /^create\nstart/,
   },
-  { role: 'readonly', args: () => ['logs', TARGET], refused: deniedBy('ContainerLogs', null, 'auditor in tenant team-a') },
+  { role: 'readonly', args: () => ['logs', TARGET], refused: new RegExp(`${deniedBy('ContainerLogs', null, 'auditor in tenant team-a').source}: no allow rule in base\\.csv applies to ContainerLogs for roles readonly\n`) },
   { role: 'readonly', args: () => ['cp', `${TARGET}:/etc/hostname`, tmp], refused: deniedBy('ContainerArchive', null, 'auditor in tenant team-a') },
   { role: 'readonly', args: () => ['export', TARGET], refused: deniedBy('ContainerExport', null, 'auditor in tenant team-a') },
   { role: 'readonly', args: () => ['run', '--rm', IMAGE, 'true'], refused: deniedBy('ContainerCreate', null, 'auditor in tenant team-a') },
@@ -119,6 +137,7 @@ for (const [version, cli] of [['28', CLI28], ['20.10', CLI20]] as const) {
           t.not(r.code, 0, 'fails')
           t.match(r.stderr, check.refused ?? /^$/, `shows the gateway's message: ${r.stderr.trim().split('\n')[0]}`)
           t.equal(r.stdout.length, 0, 'and prints nothing else')
+          if (check.unseen) t.notMatch(r.stderr, check.unseen, 'and never repeats what it must not')
         }
       })
     }

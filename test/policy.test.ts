@@ -37,6 +37,123 @@ t.test('a fixture that does not hold is reported', async (t) => {
   const { lines, failed } = await runFixtures(dir)
   t.equal(failed, 1)
   t.match(lines.join('\n'), /FAIL wrong\.yaml\[0\] tenant may push \(it may not\): decision deny, expected allow/)
+  t.match(lines.join('\n'), /denied: no allow rule in base\.csv applies to ImagePush for roles tenant/, 'it says that nothing allowed it, in which file, for which roles')
+})
+
+t.test('a failing fixture names the rules that decided and the facts', async (t) => {
+  const dir = copyPolicy()
+  fs.writeFileSync(path.join(dir, 'tests', 'wrong.yaml'), `- name: privileged with a host bind (expected, wrongly, to pass)
+  as: { subject: bob, tenant: team-a, roles: [tenant] }
+  request: POST /v1.41/containers/create
+  body: { Image: busybox, Env: ["TOKEN=s3cret-value"], HostConfig: { Privileged: true, Binds: ["/etc:/x"] } }
+  expect: allow
+- name: the wrong rule expected
+  as: { subject: bob, tenant: team-a, roles: [tenant] }
+  request: POST /v1.41/containers/create
+  body: { Image: busybox, HostConfig: { CapAdd: [SYS_ADMIN] } }
+  expect: deny
+  rule: no-privileged
+`)
+  const { lines, failed } = await runFixtures(dir)
+  t.equal(failed, 2)
+  const text = lines.join('\n')
+  const first = text.slice(text.indexOf('FAIL wrong.yaml[0]'), text.indexOf('FAIL wrong.yaml[1]'))
+  t.match(first, /decision deny, expected allow/)
+  t.match(first, /denied by no-privileged \(base\.csv\): matched privileged true \(HostConfig\.Privileged, --privileged\)/, 'the first denying rule, with the field and value')
+  t.match(first, /denied by host-binds \(base\.csv\): matched hostPaths \/etc \(HostConfig\.Binds\/Mounts, -v\/--mount\); allowed: hostPaths under \/srv\/portcullis\/team-a/, 'and the second, with what is allowed')
+  t.match(first, /allowed by tenant-containers \(base\.csv\)/, 'and the allowing rule')
+  t.match(first, /facts: privileged=true, hostPaths=\[\/etc\]/, 'and the facts')
+  t.notMatch(text, /s3cret-value/, 'never an environment value')
+  const second = text.slice(text.indexOf('FAIL wrong.yaml[1]'))
+  t.match(second, /rule capabilities, expected no-privileged/)
+  t.match(second, /denied by capabilities \(base\.csv\): matched capAdd SYS_ADMIN/)
+})
+
+t.test('denials explain themselves from the condition and the facts', async (t) => {
+  const policy = await loadPolicy(shipped)
+  const who = { subject: 'bob', tenant: 'team-a', roles: ['tenant'] }
+  const reasons = async (op: string, kind: string, body: unknown, query = ''): Promise<Record<string, string>> => {
+    const ev = await policy.evaluate(who, { op, kind, resource: '', query: new URLSearchParams(query), body })
+    const layers = await policy.trace(who, op, kind, ev.input)
+    return Object.fromEntries(layers.flatMap((l) => l.deniedBy).map((m) => [m.rule, `${m.reason?.matched.join(', ')}; ${m.reason?.allowed.join(', ')}`]))
+  }
+  const create = await reasons('ContainerCreate', 'container', {
+    Image: 'x',
+    Env: ['PASSWORD=hunter2'],
+    HostConfig: { Binds: ['/:/host', '/srv/portcullis/team-a/ok:/ok'], CapAdd: ['NET_ADMIN', 'CHOWN'], PidMode: 'host', IpcMode: 'container:abc', Sysctls: { 'net.ipv4.ip_forward': '1' }, CgroupParent: '/x', VolumesFrom: ['other'], Runtime: 'kata', PidsLimit: -1, DeviceRequests: [{ Driver: 'nvidia' }], SecurityOpt: ['apparmor:unconfined'] },
+  })
+  t.same(create, {
+    'host-binds': 'hostPaths / (HostConfig.Binds/Mounts, -v/--mount); hostPaths under /srv/portcullis/team-a',
+    capabilities: 'capAdd NET_ADMIN (HostConfig.CapAdd, --cap-add); capAdd only AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, NET_RAW, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT',
+    'no-device-requests': 'deviceRequests nvidia (HostConfig.DeviceRequests, --gpus); deviceRequests: none',
+    'no-host-namespaces': 'namespaces.pid host (HostConfig.PidMode, --pid), namespaces.ipc container:abc (HostConfig.IpcMode, --ipc); namespaces.pid private (not host, not container:<id>), namespaces.ipc private (not host, not container:<id>)',
+    'security-options': 'securityOpt apparmor=unconfined (HostConfig.SecurityOpt, --security-opt); securityOpt only no-new-privileges=true',
+    'no-sysctls': 'sysctls net.ipv4.ip_forward (HostConfig.Sysctls, --sysctl); sysctls: none',
+    runtime: 'runtime kata (HostConfig.Runtime, --runtime); runtime unset or runc',
+    'no-cgroup-parent': 'cgroupParent /x (HostConfig.CgroupParent, --cgroup-parent); cgroupParent unset',
+    'no-volumes-from': 'volumesFrom other (HostConfig.VolumesFrom, --volumes-from); volumesFrom: none',
+    'pids-limit': 'pidsLimit -1 (HostConfig.PidsLimit, --pids-limit); pidsLimit >= 0',
+  }, 'every denying rule: the values that matched (only those), their field and flag, what is allowed')
+  t.notMatch(JSON.stringify(create), /hunter2/, 'no environment value')
+  t.same(await reasons('ContainerExec', 'exec', { Cmd: ['id'], User: '1000:0', Privileged: true }), {
+    'no-privileged-exec': 'privileged true (Privileged, --privileged); privileged false or unset',
+    'no-root-exec': 'user 1000:0 (User, --user); user with neither user nor group root (0), e.g. 1000:1000',
+  })
+  t.same(await reasons('ImageBuild', 'build', undefined, 'networkmode=host'), {
+    'build-network': 'buildNetwork host (networkmode, docker build --network); buildNetwork unset, default, bridge or none',
+  })
+  t.same(await reasons('PortcullisPolicyList', 'policy', undefined), { 'policy-admin-only': 'roles tenant; role admin' })
+
+  // A rule over the body as sent names the field, never its value; an unknown shape is quoted.
+  const dir = copyPolicy()
+  fs.appendFileSync(path.join(dir, 'base.csv'), [
+    'p, tenant, *, ContainerPrune, *, deny, no-container-prune, true',
+    'p, tenant, *, ContainerCreate, *, deny, no-secret-env, "anyStartsWith(r.obj.body.Env, \'AWS_SECRET\')"',
+    'p, tenant, *, ContainerCreate, *, deny, odd-shape, "r.obj.memory * 2 > 100"',
+  ].join('\n') + '\n')
+  const custom = await loadPolicy(dir)
+  const ev = await custom.evaluate(who, { op: 'ContainerCreate', kind: 'container', resource: '', query: new URLSearchParams(), body: { Image: 'x', Env: ['AWS_SECRET_KEY=pcp-hidden'], HostConfig: { Memory: 1 << 20 } } })
+  const why = Object.fromEntries((await custom.trace(who, 'ContainerCreate', 'container', ev.input)).flatMap((l) => l.deniedBy).map((m) => [m.rule, m.reason]))
+  t.same(why['no-secret-env'], { matched: ['body.Env (value not shown)'], allowed: ['body.Env not starting with AWS_SECRET'] }, 'the body field is named, its value is not')
+  t.same(why['odd-shape'], { matched: ['the condition r.obj.memory * 2 > 100'], allowed: [] }, 'a condition of another shape is quoted as written')
+  const prune = await custom.evaluate(who, { op: 'ContainerPrune', kind: 'container', resource: '', query: new URLSearchParams(), body: undefined })
+  const unconditional = Object.fromEntries((await custom.trace(who, 'ContainerPrune', 'container', prune.input)).flatMap((l) => l.deniedBy).map((m) => [m.rule, m.reason]))
+  t.same(unconditional['no-container-prune'], { matched: [], allowed: [] }, 'a rule without a condition has nothing to explain')
+  t.notMatch(JSON.stringify(why), /pcp-hidden/)
+})
+
+t.test('an enforce-mode file without an allow rule is a warning: it denies everything', async (t) => {
+  const dir = copyPolicy()
+  t.same((await loadPolicy(dir)).warnings, [], 'the shipped policy: no warning')
+  fs.writeFileSync(path.join(dir, 'extra.csv'), 'p, tenant, *, ContainerCreate, *, deny, no-big-memory, "r.obj.memory > 268435456"\n')
+  fs.writeFileSync(path.join(dir, 'policy.yaml'), 'model: model.conf\npolicies:\n  - { file: base.csv, mode: enforce }\n  - { file: extra.csv, mode: enforce }\nrewrites: rewrites.yaml\n')
+  const policy = await loadPolicy(dir)
+  t.equal(policy.warnings.length, 1)
+  t.match(policy.warnings[0], /^extra\.csv has no allow rule, so it denies every request: each enforce-mode file is a layer that must itself allow a request\. Add an allow line to it \(`p, \*, \*, \*, \*, allow, extra-rest, true`/)
+  const who = { subject: 'bob', tenant: 'team-a', roles: ['tenant'] }
+  const ps = await policy.evaluate(who, { op: 'ContainerList', kind: 'container', resource: '', query: new URLSearchParams(), body: undefined })
+  t.same([ps.decision.decision, ps.decision.rule], ['deny', null], 'indeed: docker ps is denied')
+  const trace = await policy.trace(who, 'ContainerList', 'container', ps.input)
+  const { denialReason } = await import('../src/policy/authorize')
+  t.equal(denialReason(trace.filter((l) => l.mode === 'enforce'), null, 'ContainerList'),
+    'no allow rule in extra.csv applies to ContainerList for roles tenant (each enforce-mode file is a layer that must itself allow a request; base.csv allowed it)', 'and the denial says which layer and why')
+
+  // With the suggested line the layer only adds its denial.
+  fs.appendFileSync(path.join(dir, 'extra.csv'), 'p, *, *, *, *, allow, extra-rest, true\n')
+  const fixed = await loadPolicy(dir)
+  t.same(fixed.warnings, [], 'no warning once the layer allows')
+  t.equal((await fixed.evaluate(who, { op: 'ContainerList', kind: 'container', resource: '', query: new URLSearchParams(), body: undefined })).decision.decision, 'allow')
+  const big = await fixed.evaluate(who, { op: 'ContainerCreate', kind: 'container', resource: '', query: new URLSearchParams(), body: { Image: 'x', HostConfig: { Memory: 1 << 30 } } })
+  t.same(big.decision.rule, { policy: 'extra.csv', rule: 'no-big-memory' }, 'its deny line still denies')
+
+  // The start-up log says so too.
+  const logged: string[] = []
+  const log = pino({ level: 'warn' }, { write: (line: string) => { logged.push(line) } })
+  fs.writeFileSync(path.join(dir, 'extra.csv'), 'p, tenant, *, ContainerCreate, *, deny, no-big-memory, "r.obj.memory > 268435456"\n')
+  const store = await PolicyStore.open(dir, log)
+  t.teardown(() => store.close())
+  const line = logged.map((l) => JSON.parse(l) as { level: number, msg: string, file?: string }).find((l) => l.msg.startsWith('extra.csv has no allow rule'))
+  t.match(line, { level: 40 }, 'PolicyStore.open logs the warning')
 })
 
 t.test('an invalid policy lists every problem and is not used', async (t) => {

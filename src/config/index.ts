@@ -10,7 +10,7 @@ import { dirname, resolve } from 'node:path';
 import { isScalar, parseDocument, type Document } from 'yaml';
 import { formatHostPort } from './addresses';
 import { errorCode } from './files';
-import { AUDIT_DEFAULTS, validate } from './validate';
+import { AUDIT_DEFAULTS, validate, type UpstreamOverrides } from './validate';
 import type { Config, JsonObject, ListenerConfig, TlsFiles, UpstreamConfig } from './types';
 
 export type {
@@ -35,7 +35,9 @@ export type {
   UnixListenerConfig,
   UnixUpstreamConfig,
   UpstreamConfig,
+  UpstreamSource,
 } from './types';
+export type { UpstreamOverrides } from './validate';
 export { formatHostPort, parseHostPort, type HostPort } from './addresses';
 export { AUDIT_DEFAULTS, AUDIT_FAILURE_POLICIES } from './validate';
 export { API_MINOR_MAX, API_MINOR_MIN, AUDIT_LEVELS, HMAC_ALGORITHMS, JWT_ALGORITHMS, LOG_LEVELS, X509_SUBJECT_ATTRIBUTES, defaultMtlsMapping } from './validate';
@@ -69,17 +71,23 @@ function deepFreeze<T>(value: T): T {
  * refuses every request), upstream unix:///var/run/docker.sock,
  * policies in ./policies, audit to ./audit.jsonl at level metadata, no metrics
  * listener, log level info, API 1.24-1.56, 1 MiB JSON bodies, 10 s grace.
- * Relative paths resolve against `cwd` (default: process.cwd()).
- * Throws ConfigError only if the default socket path would be too long for a unix socket.
+ * Relative paths resolve against `cwd` (default: process.cwd()). `upstream`: the
+ * engine given by `--upstream` or DOCKER_HOST instead of the default.
+ * Throws ConfigError if the default socket path would be too long for a unix socket,
+ * or if the given upstream is invalid or is the gateway's own listener.
  */
-export function defaultConfig(cwd: string = process.cwd()): Config {
-  const { config, problems } = validate({}, null, { baseDir: resolve(cwd) });
+export function defaultConfig(cwd: string = process.cwd(), upstream?: UpstreamOverrides): Config {
+  const { config, problems } = validate({}, null, { baseDir: resolve(cwd), ...(upstream !== undefined ? { upstream } : {}) });
   if (problems.length > 0) throw new ConfigError(problems, null);
   return deepFreeze(config);
 }
 
-/** Reads, parses and validates a YAML config file. Throws ConfigError listing every problem. */
-export function loadConfig(file: string): Config {
+/**
+ * Reads, parses and validates a YAML config file. Throws ConfigError listing every
+ * problem. `upstream`: `--upstream` (replaces the file's) and DOCKER_HOST (used when
+ * the file has none).
+ */
+export function loadConfig(file: string, upstream?: UpstreamOverrides): Config {
   const path = resolve(file);
   let text: string;
   try {
@@ -87,7 +95,7 @@ export function loadConfig(file: string): Config {
   } catch (err) {
     throw new ConfigError([`${path}: cannot read config file (${errorCode(err)})`], path);
   }
-  return parseConfig(text, path);
+  return parseConfig(text, path, upstream);
 }
 
 /** First line of a yaml library error, without the code excerpt prettyErrors appends. */
@@ -100,7 +108,7 @@ function yamlMessage(kind: string, message: string): string {
  * Parses and validates YAML text. `source` is the file the text came from;
  * relative paths resolve against its directory. Throws ConfigError listing every problem.
  */
-export function parseConfig(text: string, source: string): Config {
+export function parseConfig(text: string, source: string, upstream?: UpstreamOverrides): Config {
   const file = resolve(source);
   const doc: Document.Parsed = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const problems: string[] = [
@@ -123,6 +131,7 @@ export function parseConfig(text: string, source: string): Config {
 
   const result = validate(value as { [key: string]: unknown }, file, {
     baseDir: dirname(file),
+    ...(upstream !== undefined ? { upstream } : {}),
     sourceOf: (keys) => {
       const node = doc.getIn(keys, true);
       return isScalar(node) && typeof node.source === 'string' ? node.source : undefined;
@@ -196,7 +205,7 @@ export function describeConfig(c: Config): JsonObject {
   const out: JsonObject = {
     source: c.source,
     listen: c.listen.map(listenerSummary),
-    upstream: upstreamSummary(c.upstream),
+    upstream: { ...upstreamSummary(c.upstream), ...(c.upstreamFrom !== undefined ? { from: c.upstreamFrom } : {}) },
     api: { minVersion: c.api.minVersion, maxVersion: c.api.maxVersion },
     limits: { jsonBodyBytes: c.limits.jsonBodyBytes },
   };

@@ -128,6 +128,9 @@ export interface TcpUpstreamConfig {
 
 export type UpstreamConfig = UnixUpstreamConfig | TcpUpstreamConfig;
 
+/** Where the upstream came from: `portcullis serve --upstream`, the file, DOCKER_HOST, or the built-in default. */
+export type UpstreamSource = '--upstream' | 'config' | 'DOCKER_HOST' | 'default';
+
 export interface JwtClaimsConfig {
   subject?: string;
   tenant?: string;
@@ -170,6 +173,8 @@ export interface AuthConfig {
 export interface Config {
   /** Absolute path of the config file, null for built-in defaults. */
   source: string | null;
+  /** Where `upstream` came from (see UpstreamOverrides in validate.ts). */
+  upstreamFrom?: UpstreamSource;
   listen: ListenerConfig[];
   upstream: UpstreamConfig;
   api: { minVersion: string; maxVersion: string };

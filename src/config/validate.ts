@@ -13,10 +13,10 @@
  *    (or the working directory for the built-in defaults).
  */
 import { loadCredentials } from '../gateway/tenancy/credentials';
-import { readFileSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { createPublicKey, type KeyObject } from 'node:crypto';
-import { userInfo } from 'node:os';
-import { resolve } from 'node:path';
+import { homedir, userInfo } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
 import { UNIX_PATH_MAX, addressKey, formatHostPort, parseHostPort, type HostPort } from './addresses';
 import {
   checkCaBundle,
@@ -52,6 +52,7 @@ import type {
   TlsFiles,
   TlsMaterial,
   UpstreamConfig,
+  UpstreamSource,
 } from './types';
 
 /** Docker Engine API versions are `1.NN`; the gateway understands this window. */
@@ -139,6 +140,7 @@ export class At {
     let out = '';
     for (const key of this.keys) {
       if (typeof key === 'number') out += `[${key}]`;
+      else if (out === '' && /^--[a-z-]+$/.test(key)) out += key;
       else if (/^[A-Za-z_][A-Za-z0-9_-]*$/.test(key)) out += out === '' ? key : `.${key}`;
       else out += `[${JSON.stringify(key)}]`;
     }
@@ -153,6 +155,22 @@ export interface ValidateOptions {
   sourceOf?: (keys: readonly Key[]) => string | undefined;
   /** Group database used to resolve `group:` names; default /etc/group. */
   groupFile?: string;
+  /** Where the engine is when not (only) in the file: see UpstreamOverrides. */
+  upstream?: UpstreamOverrides;
+}
+
+/**
+ * The engine given outside the config file, in this order of precedence:
+ * `--upstream URL` (replaces the file's `upstream`), the file's `upstream`, then
+ * DOCKER_HOST (with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, as the docker CLI reads
+ * them), then unix:///var/run/docker.sock. The file wins over DOCKER_HOST because
+ * DOCKER_HOST is ambient: a shell that uses docker through the gateway has it set to
+ * the gateway. Relative unix paths resolve against `cwd`.
+ */
+export interface UpstreamOverrides {
+  flag?: string;
+  env?: { [key: string]: string | undefined };
+  cwd?: string;
 }
 
 class Ctx {
@@ -569,10 +587,39 @@ function listeners(ctx: Ctx, root: Mapping): ListenerConfig[] {
  * The port is always required. `url` in the result is canonical: `unix://<abs path>`
  * or `tcp://host:port`, whichever scheme was written.
  */
-function upstream(ctx: Ctx, root: Mapping): UpstreamConfig | undefined {
-  const at = new At(['upstream']);
+function upstream(ctx: Ctx, root: Mapping): { config: UpstreamConfig; from: UpstreamSource } | undefined {
+  const { at, value: v, from } = upstreamGiven(ctx, root);
+  const config = upstreamConfig(ctx, at, v);
+  return config === undefined ? undefined : { config, from };
+}
+
+/** A unix URL with a relative path, given on the command line or in the environment, is relative to the working directory. */
+function fromCwd(url: string, cwd: string): string {
+  const m = /^unix:\/\/(.*)$/is.exec(url);
+  return m !== null && m[1] !== undefined && m[1] !== '' && !m[1].startsWith('/') ? `unix://${resolve(cwd, m[1])}` : url;
+}
+
+/** Which upstream applies (see UpstreamOverrides), and the key path its problems are reported at. */
+function upstreamGiven(ctx: Ctx, root: Mapping): { at: At; value: unknown; from: UpstreamSource } {
+  const o = ctx.opts.upstream ?? {};
+  const cwd = o.cwd ?? process.cwd();
+  if (o.flag !== undefined) return { at: new At(['--upstream']), value: fromCwd(o.flag, cwd), from: '--upstream' };
   const given = own(root, 'upstream');
-  const v = given === undefined ? DEFAULTS.upstream : given;
+  if (given !== undefined) return { at: new At(['upstream']), value: given, from: 'config' };
+  const host = o.env?.['DOCKER_HOST'];
+  if (host !== undefined && host !== '') {
+    let url = fromCwd(host, cwd);
+    // The docker CLI's defaults: tcp://host means port 2375, or 2376 with TLS.
+    const tls = (o.env?.['DOCKER_TLS_VERIFY'] ?? '') !== '';
+    if (/^tcp:\/\/(\[[^\]]*\]|[^:/[\]]+)\/?$/i.test(url)) url = `${url.replace(/\/$/, '')}:${tls ? 2376 : 2375}`;
+    if (!tls) return { at: new At(['DOCKER_HOST']), value: url, from: 'DOCKER_HOST' };
+    const certs = o.env?.['DOCKER_CERT_PATH'] || join(homedir(), '.docker');
+    return { at: new At(['DOCKER_HOST']), value: { url, tls: { cert: join(certs, 'cert.pem'), key: join(certs, 'key.pem'), ca: join(certs, 'ca.pem') } }, from: 'DOCKER_HOST' };
+  }
+  return { at: new At(['upstream']), value: DEFAULTS.upstream, from: 'default' };
+}
+
+function upstreamConfig(ctx: Ctx, at: At, v: unknown): UpstreamConfig | undefined {
   let urlAt = at;
   let url: string | undefined;
   let tlsV: unknown;
@@ -931,6 +978,25 @@ function audit(ctx: Ctx, root: Mapping): Config['audit'] {
 
 // ---------------------------------------------------------------------------
 
+/** A unix path with its directory's symlinks resolved, so that two spellings of one socket compare equal. */
+function realSocketPath(path: string): string {
+  try {
+    return join(realpathSync(dirname(path)), basename(path));
+  } catch {
+    return path;
+  }
+}
+
+const LOOPBACK = /^(127\.[0-9.]+|::1|localhost)$/i;
+
+/** Whether the upstream is this listener: the same socket, or the same port on the same (or a wildcard) address. */
+function sameAddress(l: ListenerConfig, up: UpstreamConfig): boolean {
+  if (l.kind === 'unix' || up.kind === 'unix') return l.kind === 'unix' && up.kind === 'unix' && (l.path === up.path || realSocketPath(l.path) === realSocketPath(up.path));
+  if (l.port === 0 || l.port !== up.port) return false;
+  const host = (h: string): string => (h.toLowerCase() === 'localhost' ? '127.0.0.1' : h.toLowerCase());
+  return host(l.host) === host(up.host) || ((l.host === '0.0.0.0' || l.host === '::') && LOOPBACK.test(up.host));
+}
+
 /** Validates a parsed config document; returns the Config (not yet frozen) and every problem found. */
 export function validate(value: Mapping, source: string | null, opts: ValidateOptions): { config: Config; problems: string[] } {
   const ctx = new Ctx(opts);
@@ -939,7 +1005,8 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
   }
 
   const listen = listeners(ctx, value);
-  const up = upstream(ctx, value);
+  const upstreamResult = upstream(ctx, value);
+  const up = upstreamResult?.config;
   const apiWindow = api(ctx, value);
 
   const limitsM = section(ctx, value, 'limits', ['jsonBodyBytes']);
@@ -988,8 +1055,16 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
 
   // Cross-section checks.
   listen.forEach((l, i) => {
-    if (l.kind === 'unix' && up?.kind === 'unix' && l.path === up.path) {
-      ctx.problem(new At(['listen', i, 'unix']), `is the upstream socket ${up.path}; the gateway cannot listen on the socket it forwards to`);
+    if (up === undefined || upstreamResult === undefined || !sameAddress(l, up)) return;
+    const from = upstreamResult.from;
+    if (from === 'config' || from === 'default') {
+      ctx.problem(new At(['listen', i, l.kind]), up.kind === 'unix'
+        ? `is the upstream socket ${up.path}; the gateway cannot listen on the socket it forwards to`
+        : `is the upstream ${up.url}; the gateway cannot listen on the address it forwards to`);
+    } else {
+      // Typically a shell that talks to docker through the gateway (DOCKER_HOST=unix://$PWD/portcullis.sock) starting another one.
+      ctx.problem(new At([from]), `${up.url} is this gateway's own listener (listen[${i}]): it would forward every request to itself; ` +
+        `give the engine's address with --upstream (e.g. --upstream ${DEFAULTS.upstream})${from === 'DOCKER_HOST' ? ' or unset DOCKER_HOST' : ''}`);
     }
   });
   listen.forEach((l, i) => {
@@ -1001,6 +1076,7 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
 
   const config: Config = {
     source,
+    ...(upstreamResult !== undefined ? { upstreamFrom: upstreamResult.from } : {}),
     listen,
     // Only read when there are no problems, in which case upstream() succeeded.
     upstream: up ?? { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' },

@@ -30,11 +30,23 @@ export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContex
 }
 
 /** Map a failure to reach or hear from the engine onto the error catalogue. */
+/** What each connection error means, for someone who has just started the gateway. */
+const UNREACHABLE: Record<string, string> = {
+  ENOENT: 'no socket there: is the engine running? The gateway forwards to --upstream, else the config file\'s upstream, else DOCKER_HOST',
+  ECONNREFUSED: 'connection refused: is the engine running and listening there?',
+  EACCES: 'permission denied: the gateway\'s user may not open the engine\'s socket',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ENOTFOUND: 'unknown host',
+  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
+}
+
 export function upstreamError (err: unknown, upstreamUrl: string): GatewayError {
   const e = err as { code?: string, message?: string }
   const code = e.code ?? ''
-  if (['ECONNREFUSED', 'ENOENT', 'EACCES', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'UND_ERR_CONNECT_TIMEOUT'].includes(code)) {
-    return new GatewayError('UPSTREAM_UNREACHABLE', `cannot reach the Docker engine at ${upstreamUrl}: ${code}`, { cause: err })
+  const why = UNREACHABLE[code]
+  if (why !== undefined) {
+    return new GatewayError('UPSTREAM_UNREACHABLE', `cannot reach the Docker engine at ${upstreamUrl}: ${code} (${why})`, { cause: err })
   }
   if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
     return new GatewayError('UPSTREAM_TIMEOUT', `the Docker engine at ${upstreamUrl} did not answer in time`, { cause: err })

@@ -118,7 +118,7 @@ async function inspect (deps: GatewayDeps, ctx: RequestContext, req: IncomingMes
   ctx.rewrites = evaluation.rewrites
   ctx.facts = evaluation.input
   ctx.decodedBody = evaluation.body
-  if (evaluation.decision.decision === 'deny') throw new GatewayError('FORBIDDEN', denialMessage(identity, target, evaluation))
+  if (evaluation.decision.decision === 'deny') throw new GatewayError('FORBIDDEN', await denialMessage(policy, identity, target, evaluation))
   ctx.body = body
   const scoped = await scope(deps, ctx, req, policy)
   // Fail closed before the engine acts: a request is only forwarded when its audit

@@ -6,7 +6,8 @@
  */
 import type { Target } from '../gateway/catalog/route'
 import { decodeBody, encodeBody } from './body/decode'
-import type { Evaluation, Policy, Principal } from './engine'
+import type { Evaluation, LayerTrace, Policy, Principal, RuleRef } from './engine'
+import { describeReason } from './explain'
 
 export interface Authorization {
   readonly evaluation: Evaluation
@@ -30,9 +31,40 @@ export async function authorize (policy: Policy, who: Principal, target: Target,
   return { evaluation, body }
 }
 
-/** The denial message: operation, tenant and rule, never body contents. */
-export function denialMessage (who: Principal, target: Target, evaluation: Evaluation): string {
+/**
+ * The denial message: operation, rule, subject and tenant, then why. For a denying
+ * rule, the facts that made its condition hold and what it allows, and any other
+ * rule that denies too (fixing one should not just reveal the next); when no rule
+ * allows the request, which file did not and for which roles. Facts only, never body
+ * contents (see explain.ts).
+ */
+export async function denialMessage (policy: Policy, who: Principal, target: Target, evaluation: Evaluation): Promise<string> {
   const d = evaluation.decision
+  const op = target.operation.id
   const by = d.rule ? `policy rule ${d.rule.rule} (${d.rule.policy})` : 'policy: no rule allows it'
-  return `${target.operation.id} denied by ${by} for subject ${who.subject}${who.tenant ? ` in tenant ${who.tenant}` : ''}`
+  const head = `${op} denied by ${by} for subject ${who.subject}${who.tenant ? ` in tenant ${who.tenant}` : ''}`
+  try {
+    const layers = (await policy.trace(who, op, target.operation.kind, evaluation.input)).filter((l) => l.mode === 'enforce')
+    return `${head}: ${denialReason(layers, d.rule, op)}`
+  } catch {
+    // The explanation is a courtesy: a denial is a denial without it.
+    return head
+  }
+}
+
+/** Why a request was denied, from the trace of the enforce-mode layers. */
+export function denialReason (layers: readonly LayerTrace[], rule: RuleRef | null, op: string): string {
+  const denials = layers.flatMap((l) => l.deniedBy)
+  if (rule) {
+    const decisive = denials.find((m) => m.rule === rule.rule && m.policy === rule.policy)
+    const others = denials.filter((m) => m !== decisive).map((m) => `${m.rule} (${m.policy})`)
+    const why = decisive?.reason ? describeReason(decisive.reason, op) : 'its condition holds'
+    return `${why}${others.length ? `; also denied by ${others.join(', ')}` : ''}`
+  }
+  const i = layers.findIndex((l) => l.allowedBy === null && l.deniedBy.length === 0)
+  const layer = layers[i]
+  if (!layer) return `no allow rule applies to ${op}`
+  const roles = layer.principals.filter((p) => !p.startsWith('user:'))
+  const layered = i > 0 ? ` (each enforce-mode file is a layer that must itself allow a request; ${layers.slice(0, i).map((l) => l.file).join(', ')} allowed it)` : ''
+  return `no allow rule in ${layer.file} applies to ${op} for ${roles.length ? `roles ${roles.join(', ')}` : 'an identity without roles (check the token\'s roles claim or the listener\'s identity)'}${layered}`
 }

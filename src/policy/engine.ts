@@ -28,6 +28,7 @@ import { addBinaryOp, compile as compileExpression, parse as parseExpression } f
 import { newEnforcer, newModel, StringAdapter, Util, type Enforcer } from 'casbin'
 import { parse as parseYaml } from 'yaml'
 import { operations, type Operation } from '../gateway/catalog/operations'
+import { explain, type Reason } from './explain'
 import { buildInput, type PolicyInput } from './facts'
 import { conditionFunctions } from './functions'
 import { compileTenancy, DEFAULT_TENANCY, type TenancySettings } from './tenancy'
@@ -61,6 +62,28 @@ export interface Evaluation {
   readonly rewrites: readonly AppliedRewrite[]
 }
 
+/** A rule whose line applied to a request (subject, tenant, operation, kind and condition). */
+export interface RuleMatch {
+  readonly policy: string
+  readonly rule: string
+  readonly effect: 'allow' | 'deny'
+  readonly condition: string
+  /** For a denying rule: which facts made its condition hold, and what it lets through. */
+  readonly reason?: Reason
+}
+
+/** One policy file's view of a request: every rule of it that applied. */
+export interface LayerTrace {
+  readonly file: string
+  readonly mode: Mode
+  /** The principals the request acts as in this layer (`user:<subject>`, roles, inherited roles). */
+  readonly principals: readonly string[]
+  /** The first allowing rule (the one a decision names), null when none applies. */
+  readonly allowedBy: RuleMatch | null
+  /** Every denying rule that applies, in file order. */
+  readonly deniedBy: readonly RuleMatch[]
+}
+
 export interface Policy {
   readonly dir: string
   /** sha256 over every file the policy was compiled from, and the database's lines when they form the enforce set (first 12 hex digits). */
@@ -71,7 +94,19 @@ export interface Policy {
   readonly lines: readonly PolicyLine[]
   /** How objects are scoped to tenants (tenancy.yaml; defaults without one). */
   readonly tenancy: TenancySettings
+  /**
+   * What is legal but probably not meant: an enforce-mode file without any allow rule
+   * (every enforce-mode file is a layer that must itself allow a request, so it denies
+   * everything). Logged at start-up and on reload, printed by the policy tools.
+   */
+  readonly warnings: readonly string[]
   evaluate (who: Principal, request: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation>
+  /**
+   * Every rule of every layer that applies to a request with these facts (as
+   * `evaluate` produced them), with the reasons of the denying ones. For the tools and
+   * for denial messages: slower than `evaluate`, which stops at what decides.
+   */
+  trace (who: Principal, op: string, kind: string, input: PolicyInput): Promise<readonly LayerTrace[]>
 }
 
 export class PolicyError extends Error {
@@ -95,7 +130,7 @@ export interface LineSource {
 }
 
 type Condition = (context: Record<string, unknown>) => unknown
-interface CompiledRule { readonly line: number, readonly dom: string, readonly eft: 'allow' | 'deny', readonly id: string, readonly cond: Condition | null }
+interface CompiledRule { readonly line: number, readonly dom: string, readonly eft: 'allow' | 'deny', readonly id: string, readonly cond: Condition | null, readonly text: string }
 interface PolicySet {
   readonly file: string
   readonly mode: Mode
@@ -104,6 +139,8 @@ interface PolicySet {
   readonly index: ReadonlyMap<string, ReadonlyMap<string, readonly CompiledRule[]>>
   /** Principals by (tenant, subject, roles): role resolution is the costly part of a decision. */
   readonly principals: Map<string, readonly string[]>
+  /** How many of its `p` lines allow. */
+  readonly allows: number
 }
 
 /** The only matcher this evaluator implements; model.conf must say exactly this. */
@@ -133,7 +170,7 @@ function operationsFor (opPattern: string, kindPattern: string): readonly Operat
 function buildIndex (rules: string[][], conditions: ReadonlyArray<Condition | null>): Map<string, Map<string, CompiledRule[]>> {
   const index = new Map<string, Map<string, CompiledRule[]>>()
   rules.forEach((r, line) => {
-    const rule: CompiledRule = { line, dom: r[P.dom], eft: r[P.eft] === 'deny' ? 'deny' : 'allow', id: r[P.rule], cond: conditions[line] }
+    const rule: CompiledRule = { line, dom: r[P.dom], eft: r[P.eft] === 'deny' ? 'deny' : 'allow', id: r[P.rule], cond: conditions[line], text: r[P.cond] }
     for (const op of operationsFor(r[P.op], r[P.kind])) {
       const bySub = index.get(op.id) ?? new Map<string, CompiledRule[]>()
       index.set(op.id, bySub)
@@ -276,7 +313,7 @@ async function compileSet (dir: string, model: string, file: string, mode: Mode,
   const conditions = rules.map((rule, i) => checkRule(`${file}: p line ${i + 1}`, rule, seen, problems))
   if (given && !rules.length) problems.push(`${file}: holds no p lines (an empty policy would deny everything)`)
   if (problems.length > before) return null
-  return { file, mode, enforcer, index: buildIndex(rules, conditions), principals: new Map() }
+  return { file, mode, enforcer, index: buildIndex(rules, conditions), principals: new Map(), allows: rules.filter((r) => r[P.eft] === 'allow').length }
 }
 
 function checkModel (model: string, name: string, problems: string[]): void {
@@ -395,6 +432,43 @@ function decide (set: PolicySet, subs: readonly string[], dom: string, op: strin
   return { ok: allow !== null, rule: allow?.id ?? null }
 }
 
+/** Every line of `set` that applies (the matcher without the effect), in file order. */
+function applying (set: PolicySet, subs: readonly string[], dom: string, op: string, kind: string, input: PolicyInput): LayerTrace {
+  const context = { r_obj: input, r_dom: dom, r_op: op, r_kind: kind, r_sub: subs, ...conditionFunctions }
+  const bySub = set.index.get(op)
+  const found: CompiledRule[] = []
+  for (const sub of new Set([...subs, '*'])) {
+    for (const r of bySub?.get(sub) ?? []) {
+      if (r.dom !== '*' && r.dom !== dom) continue
+      if (r.cond && !r.cond(context)) continue
+      found.push(r)
+    }
+  }
+  found.sort((a, b) => a.line - b.line)
+  const match = (r: CompiledRule): RuleMatch => ({
+    policy: set.file,
+    rule: r.id,
+    effect: r.eft,
+    condition: r.text,
+    ...(r.eft === 'deny' ? { reason: explain(r.text, context) } : {}),
+  })
+  const allow = found.find((r) => r.eft === 'allow')
+  return { file: set.file, mode: set.mode, principals: subs, allowedBy: allow ? match(allow) : null, deniedBy: found.filter((r) => r.eft === 'deny').map(match) }
+}
+
+/**
+ * A layer (enforce or audit) without any allow rule decides `deny` for every request:
+ * a file meant to add a few denials to base.csv denies everything instead.
+ */
+function layerWarnings (sets: readonly PolicySet[]): string[] {
+  return sets.filter((s) => s.allows === 0).map((s) => {
+    const id = `${s.file.replace(/\.[^.]*$/, '').replace(/[^a-z0-9-]+/gi, '-').toLowerCase()}-rest`
+    return s.mode === 'enforce'
+      ? `${s.file} has no allow rule, so it denies every request: each enforce-mode file is a layer that must itself allow a request. Add an allow line to it (\`p, *, *, *, *, allow, ${id}, true\`: the other files still decide what is allowed) or move its deny lines into a file that allows`
+      : `${s.file} has no allow rule: in audit mode it records would_deny for every request`
+  })
+}
+
 function ref (file: string, rule: string | null): RuleRef | null {
   return rule ? { policy: file, rule } : null
 }
@@ -435,12 +509,21 @@ export async function loadPolicy (dir: string, given?: LineSource): Promise<Poli
   const enforcing = sets.filter((s) => s.mode === 'enforce')
   const auditing = sets.filter((s) => s.mode === 'audit')
 
+  const warnings = Object.freeze(layerWarnings(sets))
+
   return Object.freeze({
     dir,
     version,
     source: given && replaced ? 'database' as const : 'files' as const,
     lines: Object.freeze(lines),
     tenancy,
+    warnings,
+    async trace (who: Principal, op: string, kind: string, input: PolicyInput): Promise<readonly LayerTrace[]> {
+      const dom = who.tenant ?? ''
+      const out: LayerTrace[] = []
+      for (const set of [...enforcing, ...auditing]) out.push(applying(set, await principals(set, who, dom), dom, op, kind, input))
+      return out
+    },
     async evaluate (who: Principal, req: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation> {
       const dom = who.tenant ?? ''
       const roles = await principals(enforcing[0], who, dom)

@@ -137,3 +137,34 @@ export function libpodFacts (op: string, f: Facts, b: Json): void {
       break
   }
 }
+
+/** For explain.ts: the SpecGenerator (or other libpod body) field a fact comes from, and the podman flag. */
+export function libpodSource (fact: string, op: string): string {
+  const exec = op === 'ContainerExecLibpod'
+  switch (fact) {
+    case 'privileged': return exec ? 'Privileged, podman exec --privileged' : 'privileged, --privileged'
+    case 'hostPaths': return op === 'VolumeCreateLibpod' ? 'Options device, -o device=' : 'mounts, overlay_volumes, rootfs, log_configuration.path, conmon_pid_file, seccomp_profile_path, init_path, devices_from, chroot_directories; -v/--mount/--rootfs/--log-opt'
+    case 'hostVolume': return op === 'VolumeCreateLibpod' ? 'Options, -o' : 'mounts other than bind and tmpfs, --mount'
+    case 'capAdd': return 'cap_add, --cap-add'
+    case 'capDrop': return 'cap_drop, --cap-drop'
+    case 'devices': return 'devices, host_device_list; --device'
+    case 'deviceCgroupRules': return 'device_cgroup_rule, resource_limits.devices; --device-cgroup-rule'
+    case 'namespaces.network': return 'netns, --network'
+    case 'namespaces.pid': return 'pidns, --pid'
+    case 'namespaces.ipc': return 'ipcns, --ipc'
+    case 'namespaces.uts': return 'utsns, --uts'
+    case 'namespaces.userns': return 'userns, --userns'
+    case 'namespaces.cgroupns': return 'cgroupns, --cgroupns'
+    case 'securityOpt': return 'selinux_opts, apparmor_profile, seccomp_policy, no_new_privileges, mask/unmask, procfs_opts, systemd; --security-opt/--systemd'
+    case 'sysctls': return 'sysctl, --sysctl'
+    case 'runtime': return 'oci_runtime, --runtime'
+    case 'cgroupParent': return 'cgroup_parent, --cgroup-parent'
+    case 'volumesFrom': return 'volumes_from, --volumes-from'
+    case 'user': return exec ? 'User, podman exec --user' : 'user, --user'
+    case 'memory': return 'resource_limits.memory.limit, --memory'
+    case 'nanoCpus': return 'resource_limits.cpu.quota/period, --cpus'
+    case 'pidsLimit': return 'resource_limits.pids.limit, --pids-limit'
+    case 'networkDriver': return 'driver, podman network create --driver'
+    default: return ''
+  }
+}

@@ -39,6 +39,12 @@ export class PolicyStore {
 
   private constructor (readonly dir: string, policy: Policy, private readonly log: Logger, readonly database: PolicyDatabase | null) {
     this.policy = policy
+    this.warn(policy)
+  }
+
+  /** What is legal but probably a mistake (a layer that denies everything): said once per version. */
+  private warn (policy: Policy): void {
+    for (const w of policy.warnings) this.log.warn({ policyVersion: policy.version }, w)
   }
 
   /**
@@ -113,7 +119,10 @@ export class PolicyStore {
   private swap (next: Policy, what: string): string {
     const changed = next.version !== this.policy.version
     this.policy = next
-    if (changed) this.log.info({ policyVersion: next.version, source: next.source }, what)
+    if (changed) {
+      this.log.info({ policyVersion: next.version, source: next.source }, what)
+      this.warn(next)
+    }
     return next.version
   }
 

@@ -7,8 +7,10 @@ import path from 'node:path'
 import { parse as parseYaml } from 'yaml'
 import { resolveTarget, type ApiWindow } from '../gateway/catalog/route'
 import { isGatewayError } from '../gateway/errors'
-import { authorize } from './authorize'
-import { loadPolicy, type Policy, type Principal } from './engine'
+import { authorize, denialReason } from './authorize'
+import { loadPolicy, type LayerTrace, type Policy, type Principal, type RuleMatch } from './engine'
+import { describeReason } from './explain'
+import type { PolicyInput } from './facts'
 
 const WINDOW: ApiWindow = { minVersion: '1.24', maxVersion: '1.56' }
 
@@ -21,6 +23,10 @@ export interface CheckResult {
   readonly body?: string
   /** Set when the request is refused before policy (bad path, invalid body...). */
   readonly error?: string
+  /** Every rule of every layer that applied (absent when refused before policy). */
+  readonly layers?: readonly LayerTrace[]
+  /** The facts that are set (not empty, false or zero), as the rules saw them. */
+  readonly facts?: readonly string[]
 }
 
 export async function check (policy: Policy, who: Principal, method: string, url: string, body?: Buffer): Promise<CheckResult> {
@@ -29,6 +35,7 @@ export async function check (policy: Policy, who: Principal, method: string, url
     target = resolveTarget(method.toUpperCase(), url, WINDOW)
     const { evaluation, body: out } = await authorize(policy, who, target, body)
     const d = evaluation.decision
+    const layers = await policy.trace(who, target.operation.id, target.operation.kind, evaluation.input)
     return {
       operation: target.operation.id,
       decision: d.decision,
@@ -36,11 +43,51 @@ export async function check (policy: Policy, who: Principal, method: string, url
       wouldDeny: d.wouldDeny.map((r) => r.rule),
       rewrites: evaluation.rewrites.map((r) => r.id),
       ...(out ? { body: out.toString('utf8') } : {}),
+      layers,
+      facts: factsSet(evaluation.input),
     }
   } catch (err) {
     if (!isGatewayError(err)) throw err
     return { operation: target?.operation.id ?? '', decision: 'deny', rule: null, wouldDeny: [], rewrites: [], error: `${err.code}: ${err.message}` }
   }
+}
+
+const NOT_FACTS = new Set(['op', 'kind', 'resource', 'query', 'body'])
+
+/** `name=value` for every fact that is set; the body and query as sent are left out (they may hold secrets). */
+export function factsSet (input: PolicyInput): string[] {
+  const out: string[] = []
+  const add = (name: string, v: unknown): void => {
+    if (v === '' || v === false || v === 0 || v === null || v === undefined || (Array.isArray(v) && v.length === 0)) return
+    if (typeof v === 'object' && !Array.isArray(v)) { for (const [k, x] of Object.entries(v)) add(`${name}.${k}`, x); return }
+    out.push(`${name}=${Array.isArray(v) ? `[${v.join(', ')}]` : String(v)}`)
+  }
+  for (const [k, v] of Object.entries(input)) if (!NOT_FACTS.has(k)) add(k, v)
+  return out
+}
+
+function named (m: RuleMatch): string {
+  return `${m.rule} (${m.policy})`
+}
+
+/**
+ * What decided, one line each: every denying rule with why, the allowing rule of each
+ * enforce-mode layer, or the layer that allowed nothing; audit-mode denials likewise.
+ */
+export function decidingLines (r: CheckResult): string[] {
+  if (!r.layers) return []
+  const lines: string[] = []
+  const enforce = r.layers.filter((l) => l.mode === 'enforce')
+  const audit = r.layers.filter((l) => l.mode === 'audit')
+  const denied = enforce.flatMap((l) => l.deniedBy)
+  for (const m of denied) lines.push(`denied by ${named(m)}: ${m.reason ? describeReason(m.reason, r.operation) : m.condition}`)
+  for (const l of enforce) {
+    if (l.allowedBy) lines.push(`allowed by ${named(l.allowedBy)}`)
+    else if (!denied.length) lines.push(`denied: ${denialReason([...enforce], null, r.operation)}`)
+  }
+  for (const m of audit.flatMap((l) => l.deniedBy)) lines.push(`would deny (audit) ${named(m)}: ${m.reason ? describeReason(m.reason, r.operation) : m.condition}`)
+  for (const l of audit) if (!l.allowedBy && !l.deniedBy.length) lines.push(`would deny (audit): no allow rule in ${l.file} applies`)
+  return [...new Set(lines)]
 }
 
 interface Fixture {
@@ -63,7 +110,7 @@ function fixtureProblems (f: Partial<Fixture>, where: string): string[] {
 }
 
 /** Run every fixture in DIR/tests/*.yaml against the policy in DIR; returns the lines to print and whether all passed. */
-export async function runFixtures (dir: string): Promise<{ lines: string[], passed: number, failed: number }> {
+export async function runFixtures (dir: string): Promise<{ lines: string[], passed: number, failed: number, warnings: readonly string[] }> {
   const policy = await loadPolicy(dir)
   const testDir = path.join(dir, 'tests')
   const files = fs.existsSync(testDir) ? fs.readdirSync(testDir).filter((f) => /\.ya?ml$/.test(f)).sort() : []
@@ -84,9 +131,18 @@ export async function runFixtures (dir: string): Promise<{ lines: string[], pass
       if (r.decision !== fx.expect) why.push(`decision ${r.decision}${r.error ? ` (${r.error})` : ''}, expected ${fx.expect}`)
       if (fx.rule !== undefined && r.rule !== fx.rule && !r.wouldDeny.includes(fx.rule)) why.push(`rule ${r.rule ?? 'none'}, expected ${fx.rule}`)
       if (fx.rewrites !== undefined && JSON.stringify(r.rewrites) !== JSON.stringify(fx.rewrites)) why.push(`rewrites [${r.rewrites.join(', ')}], expected [${fx.rewrites.join(', ')}]`)
-      if (why.length) { failed++; lines.push(`FAIL ${where} ${fx.name}: ${why.join('; ')}`) } else { passed++; lines.push(`ok   ${where} ${fx.name}`) }
+      if (why.length) {
+        failed++
+        lines.push(`FAIL ${where} ${fx.name}: ${why.join('; ')}`)
+        // What decided, and on which facts: enough to tell a wrong rule from a wrong fixture.
+        lines.push(...decidingLines(r).map((l) => `       ${l}`))
+        if (r.facts) lines.push(`       facts: ${r.facts.length ? r.facts.join(', ') : '(none set)'}`)
+      } else {
+        passed++
+        lines.push(`ok   ${where} ${fx.name}`)
+      }
     }
   }
   if (!files.length) lines.push(`no fixtures in ${testDir}`)
-  return { lines, passed, failed }
+  return { lines, passed, failed, warnings: policy.warnings }
 }

@@ -141,22 +141,48 @@ export const SWARM_SERVICE_LABEL = 'com.docker.swarm.service.id'
 
 const EVICTING = new Set(['destroy', 'delete', 'remove', 'update', 'untag', 'prune'])
 
+/** Reconnection delays: doubled after every failed attempt, from the first up to the cap. */
+export interface Backoff { readonly firstMs: number, readonly maxMs: number, readonly remindMs: number }
+const BACKOFF: Backoff = { firstMs: 1000, maxMs: 30_000, remindMs: 10 * 60_000 }
+
 /**
  * Follow the engine's event stream and evict what it reports gone or changed.
  * The cache is live only while the stream is connected.
+ *
+ * Without an engine (not started yet, restarting, a wrong upstream) this says so once,
+ * naming the engine and the cause, and retries with exponential backoff; it logs
+ * again when the stream is back, and meanwhile only every `remindMs`. Requests are
+ * not affected: they reach (or fail to reach) the engine on their own, with a 502
+ * that names it.
  */
-export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger): () => void {
+export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger, backoff: Backoff = BACKOFF): () => void {
   let stopped = false
   let abort: AbortController | null = null
+  let timer: NodeJS.Timeout | null = null
+  let wake: (() => void) | null = null
+  /** Consecutive attempts that did not connect. */
+  let failures = 0
+  /** Since when the stream is down, once that has been logged. */
+  let downSince: number | null = null
+  let lastWarning = 0
   const loop = async (): Promise<void> => {
     while (!stopped) {
       abort = new AbortController()
+      let cause: string
+      let connected = false
       try {
         const res = await upstream.pool.request({ method: 'GET', path: '/events', headers: upstream.host ? { host: upstream.host } : {}, signal: abort.signal })
-        if (res.statusCode !== 200) throw new Error(`events answered ${res.statusCode}`)
+        if (res.statusCode !== 200) {
+          res.body.resume()
+          throw new Error(`the engine at ${upstream.url} answered ${res.statusCode} to GET /events`)
+        }
         cache.clear()
         cache.engine = engineKindOf(res.headers)
         cache.live = true
+        connected = true
+        if (downSince !== null) log.info({ upstream: upstream.url, downSeconds: Math.round((Date.now() - downSince) / 1000), attempts: failures }, 'engine event stream connected again; ownership cache on')
+        downSince = null
+        failures = 0
         for await (const { value } of jsonLines(res.body)) {
           const ev = value as { Type?: unknown, Action?: unknown, Actor?: { ID?: unknown, Attributes?: unknown } } | null | undefined
           // A line the gateway cannot read: drop everything to stay correct.
@@ -172,17 +198,36 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger)
             cache.containerEvent(containerAction, id, attributes !== null && typeof attributes === 'object' ? attributes as Record<string, unknown> : {})
           }
         }
+        cause = `the engine at ${upstream.url} closed the event stream`
       } catch (err) {
-        if (!stopped) log.warn({ err: { message: (err as Error).message } }, 'engine event stream lost; ownership cache off until it is back')
+        // Connection errors in the words of the 502 a request gets (`cannot reach the Docker engine at ...: ENOENT`).
+        cause = (err as { code?: string }).code !== undefined ? upstreamError(err, upstream.url).message : (err as Error).message
       } finally {
         cache.live = false
         cache.clear()
       }
-      if (!stopped) await new Promise((resolve) => setTimeout(resolve, 1000).unref())
+      if (stopped) break
+      failures++
+      const delay = Math.min(backoff.maxMs, backoff.firstMs * 2 ** Math.min(failures - 1, 30))
+      const now = Date.now()
+      if (downSince === null) {
+        downSince = now
+        lastWarning = now
+        log.warn({ upstream: upstream.url, err: { message: cause } }, `${connected ? 'engine event stream lost' : 'cannot follow the engine\'s events'}: ${cause}; ownership cache off, retrying (backoff up to ${backoff.maxMs / 1000} s)`)
+      } else if (now - lastWarning >= backoff.remindMs) {
+        lastWarning = now
+        log.warn({ upstream: upstream.url, err: { message: cause }, downSeconds: Math.round((now - downSince) / 1000), attempts: failures }, `engine event stream still down: ${cause}`)
+      }
+      await new Promise<void>((resolve) => { wake = resolve; timer = setTimeout(resolve, delay); timer.unref() })
     }
   }
   void loop()
-  return () => { stopped = true; abort?.abort() }
+  return () => {
+    stopped = true
+    abort?.abort()
+    if (timer) clearTimeout(timer)
+    wake?.()
+  }
 }
 
 function enc (s: string): string { return encodeURIComponent(s) }

@@ -225,6 +225,27 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
 
 export type Found = Exclude<Resolution, { state: 'missing' }>
 
+/**
+ * Who a process runs as is decided by the runtime from the container's own /etc/passwd
+ * and /etc/group, which a tenant writes: `someone` or `wheel` may be uid or gid 0 there.
+ * A tenant names users and groups by number only; a supplementary group 0 (applied to
+ * every process and exec of the container) is refused too.
+ */
+function numericUser (user: string, what: string): void {
+  if (user === '') return
+  const parts = user.split(':')
+  if (parts.length > 2 || parts.some((p) => !/^[0-9]+$/.test(p))) {
+    throw refuse('numeric-user', `${what} ${JSON.stringify(user)}: tenants give users and groups as numbers (uid[:gid]), which the container's own /etc/passwd cannot turn into root`)
+  }
+}
+function supplementaryGroups (groups: unknown, what: string): void {
+  for (const g of list(groups)) {
+    const v = str(g)
+    if (!/^[0-9]+$/.test(v)) throw refuse('numeric-user', `${what} ${JSON.stringify(v)}: tenants give groups as numbers`)
+    if (Number(v) === 0) throw refuse('numeric-user', `${what} 0 is the root group: not available to tenants`)
+  }
+}
+
 /** A link `name[:alias]` to one of the tenant's containers, naming it by full id (the alias kept: `name` when none was given). */
 async function ownLink (call: Call, link: string, where: 'link' | 'body'): Promise<string> {
   const at = link.indexOf(':')
@@ -251,6 +272,7 @@ async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'bod
 const containerCreate: Handler = async (call) => {
   const name = call.query.get('name') ?? ''
   const hc = bodyAt(call, 'HostConfig')
+  supplementaryGroups(hc?.GroupAdd, 'GroupAdd')
   // Reads only, each its own engine round trip: run together.
   const [, { newVolumes }] = await inOrder([
     nameFree(call, 'container', name),
@@ -702,7 +724,25 @@ async function serviceReferences (call: Call): Promise<void> {
   if (parsed) registryAuth(call, parsed.registry, 'pulling the service image')
 }
 
+/**
+ * A service's tasks are containers: their user and groups obey the same rules, and their
+ * process limit too (rewrites.yaml gives them the containers' defaults).
+ */
+function serviceIdentity (call: Call): void {
+  const cs = bodyAt(call, 'TaskTemplate', 'ContainerSpec')
+  numericUser(str(cs?.User), 'ContainerSpec.User')
+  supplementaryGroups(cs?.Groups, 'ContainerSpec.Groups')
+  const pids = bodyAt(call, 'TaskTemplate', 'Resources', 'Limits', 'Pids')
+  if (pids !== undefined && pids !== null && Number(pids) < 0) throw refuse('pids-limit', 'a negative Pids limit removes the tasks\' process limit: not available to tenants')
+}
+
+const containerExec: Handler = async (call) => {
+  numericUser(str(bodyAt(call, 'User')), 'exec User')
+  await owned('container')(call)
+}
+
 const serviceCreate: Handler = async (call) => {
+  serviceIdentity(call)
   await nameFree(call, 'service', str(bodyAt(call, 'Name')))
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)))
@@ -711,6 +751,7 @@ const serviceCreate: Handler = async (call) => {
 }
 
 const serviceUpdate: Handler = async (call) => {
+  serviceIdentity(call)
   const id = await own(call, 'service', call.params.id)
   call.setParam('id', id)
   await serviceReferences(call)
@@ -816,7 +857,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ContainerArchive: owned('container'),
   PutContainerArchive: owned('container'),
   ContainerPrune: labelFiltered(),
-  ContainerExec: owned('container'),
+  ContainerExec: containerExec,
   // CRIU checkpoints (experimental engines): create and list take a host directory
   // (`CheckpointDir`, `?dir=`) where the engine writes or reads the container's memory.
   CheckpointList: denied('no-checkpoints', 'checkpoints name directories on the engine\'s host'),

@@ -19,11 +19,24 @@ export function cpuOf (hc: any): number {
   return 0
 }
 
+/**
+ * How many tasks (containers) a service can run at once, by mode: replicated, its
+ * replicas (1 when unset); global and global jobs, one per node; replicated jobs,
+ * MaxConcurrent (1 when unset) but no more than TotalCompletions (which defaults to it).
+ */
 export function serviceReplicas (spec: any, nodes: number): number {
-  if (spec?.Mode?.Global !== undefined) return nodes
-  const r = spec?.Mode?.Replicated?.Replicas
+  const mode = spec?.Mode
+  if (isSet(mode?.Global) || isSet(mode?.GlobalJob)) return nodes
+  const job = mode?.ReplicatedJob
+  if (isSet(job)) {
+    const max = num(job.MaxConcurrent) || 1
+    return job.TotalCompletions === undefined || job.TotalCompletions === null ? max : Math.min(max, num(job.TotalCompletions))
+  }
+  const r = mode?.Replicated?.Replicas
   return r === undefined || r === null ? 1 : num(r)
 }
+
+function isSet (v: unknown): boolean { return v !== undefined && v !== null }
 
 export function serviceUsage (spec: any, nodes: number): Usage {
   const replicas = serviceReplicas(spec, nodes)
@@ -60,7 +73,7 @@ export async function usage (call: Call, except?: { container?: string, service?
   }
   const services = (await call.r.ownList('service', call.tenant)).filter((s) => s.ID !== except?.service)
   // Nodes are counted only for global services, which run one task on each.
-  const nodes = services.some((s) => s.Spec?.Mode?.Global !== undefined) ? await nodeCount(call) : 1
+  const nodes = services.some((s) => isSet(s.Spec?.Mode?.Global) || isSet(s.Spec?.Mode?.GlobalJob)) ? await nodeCount(call) : 1
   for (const s of services) add(total, serviceUsage(s.Spec, nodes))
   return total
 }
