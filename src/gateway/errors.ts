@@ -43,13 +43,23 @@ export const errorCatalog = {
 
 export type ErrorCode = keyof typeof errorCatalog
 
+/** An answer given in the engine's place, worded and shaped as that engine answers (status and exact body). */
+export interface EngineAnswer { readonly status: number, readonly body: string }
+
 export class GatewayError extends Error {
   readonly code: ErrorCode
   readonly status: number
-  constructor (code: ErrorCode, message: string, options?: { cause?: unknown }) {
+  /**
+   * Rendered verbatim instead of `{"message": ...}`: another tenant's object must answer
+   * exactly like a missing one, and engines other than dockerd (Podman) word and shape
+   * that answer their own way.
+   */
+  readonly answer?: EngineAnswer
+  constructor (code: ErrorCode, message: string, options?: { cause?: unknown, answer?: EngineAnswer }) {
     super(message, options)
     this.code = code
-    this.status = errorCatalog[code]
+    this.status = options?.answer?.status ?? errorCatalog[code]
+    if (options?.answer) this.answer = options.answer
   }
 }
 
@@ -68,7 +78,7 @@ export function toGatewayError (err: unknown): GatewayError {
  * (a 401 names the scheme it wants, RFC 9110 §11.6.1).
  */
 export function renderError (err: GatewayError): { status: number, body: string, headers: Record<string, string> } {
-  const body = JSON.stringify({ message: err.message }) + '\n'
+  const body = err.answer ? err.answer.body : JSON.stringify({ message: err.message }) + '\n'
   return {
     status: err.status,
     body,

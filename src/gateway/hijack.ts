@@ -84,6 +84,23 @@ function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: ()
   }
 }
 
+/**
+ * Take a raw-form session's socket away from Node's HTTP server, as Node's own upgrade
+ * handling does: what the client sends after its request (stdin: Podman's remote
+ * client sends it once it has the 200) would otherwise be parsed as a next request and
+ * refused, and its half-close taken for a disconnect. Adding a 'data' listener makes
+ * the server's parser hand back a socket it reads natively; then the server's own
+ * data and end listeners come off. (Should Node name them differently one day, the
+ * session still works for clients that send nothing after the request.)
+ */
+function takeOver (socket: Socket, onData: (chunk: Buffer) => void, onEnd: () => void): void {
+  socket.on('data', onData)
+  for (const l of socket.listeners('data')) if (l !== onData && l.name === 'bound socketOnData') socket.removeListener('data', l as (chunk: Buffer) => void)
+  for (const l of socket.listeners('end')) if (l.name === 'bound socketOnEnd') socket.removeListener('end', l as () => void)
+  socket.on('end', onEnd)
+  socket.resume()
+}
+
 export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('hijack before routing')
@@ -135,18 +152,18 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       } else {
         ctx.status = 200
         const { req, res: out } = client
+        // Whatever the client streams as its request body is stdin, and so is whatever it
+        // sends after the request; the request's end is not a half-close (the engine would
+        // not see one either), the socket's FIN is.
+        const stdin = (chunk: Buffer): void => { ctx.bytesIn += chunk.length; engine.write(chunk) }
+        takeOver(req.socket, stdin, () => engine.end())
         // The engine's 200 form: no length and no chunking, the stream runs until close.
         out.useChunkedEncodingByDefault = false
         out.shouldKeepAlive = false
         out.writeHead(200, { 'content-type': res.headers['content-type'] ?? 'application/vnd.docker.raw-stream' })
         out.flushHeaders()
         if (engineHead.length) { out.write(engineHead); ctx.bytesOut += engineHead.length }
-        // Whatever the client streams as its request body is stdin. The request's end is
-        // not a half-close (the engine would not see one either). A FIN on this socket
-        // ends the session: Node's HTTP server cannot tell it from a disconnect, and a
-        // disconnect must end the upstream work; clients that need half-close send
-        // `Upgrade: tcp` (every client since API 1.24 does).
-        req.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length; engine.write(chunk) })
+        req.on('data', stdin)
         // The pipe ends the response once the engine's output has all passed through.
         engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
         engine.pipe(out)

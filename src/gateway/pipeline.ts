@@ -183,12 +183,15 @@ function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'sess
   }
 }
 
+/** Docker's exec start, and Podman's own (catalog/libpod.ts). */
+const isExecStart = (id: string | undefined): boolean => id === 'ExecStart' || id === 'ExecStartLibpod'
+
 /** Exec sessions: the command (for both session records) before, the exit code after. */
 async function execCommand (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
-  if (ctx.target?.operation.id === 'ExecStart' && ctx.target.resource) ctx.execCommand = (await execInfo(deps.upstream, ctx.target.resource))?.command
+  if (isExecStart(ctx.target?.operation.id) && ctx.target?.resource) ctx.execCommand = (await execInfo(deps.upstream, ctx.target.resource))?.command
 }
 async function sessionExit (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
-  if (ctx.hijack && ctx.target?.operation.id === 'ExecStart' && ctx.target.resource) {
+  if (ctx.hijack && isExecStart(ctx.target?.operation.id) && ctx.target?.resource) {
     ctx.exitCode = (await execInfo(deps.upstream, ctx.target.resource))?.exitCode ?? null
   }
 }
@@ -308,7 +311,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       await deps.admin(ctx, body, res)
     } else if (ctx.answer) {
       answerLocally(ctx, ctx.answer, res)
-    } else if (op.hijack === 'tcp' && !(op.id === 'ExecStart' && detaches(body))) {
+    } else if (op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body))) {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
       await sessionExit(deps, ctx)

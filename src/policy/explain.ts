@@ -13,6 +13,7 @@
 import { eval as evaluate, parse } from '@casbin/expression-eval'
 import { Util } from 'casbin'
 import { conditionFunctions } from './functions'
+import { libpodSource } from './libpod-facts'
 
 export interface Reason {
   /** What matched: `hostPaths /etc (HostConfig.Binds/Mounts, -v/--mount)`. Empty: the rule has no condition. */
@@ -43,6 +44,7 @@ const SERVICE = /^Service(Create|Update)$/
 
 /** Where each fact comes from: the request field and the docker flag, by operation where they differ. */
 function source (fact: string, op: string): string {
+  if (op.endsWith('Libpod')) return libpodSource(fact, op)
   const service = SERVICE.test(op)
   const hc = (field: string): string => op === 'ContainerUpdate' ? field : `HostConfig.${field}`
   const spec = (field: string): string => `TaskTemplate.ContainerSpec.${field}`

@@ -9,6 +9,7 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
+import { libpodFacts } from './libpod-facts'
 
 export interface Namespaces {
   network: string
@@ -121,7 +122,7 @@ function bindSource (bind: string): string | null {
   return src.startsWith('/') ? normalizeHostPath(src) : null
 }
 
-function capability (c: string): string {
+export function capability (c: string): string {
   const u = c.trim().toUpperCase()
   return u.startsWith('CAP_') ? u.slice(4) : u
 }
@@ -131,7 +132,7 @@ function capability (c: string): string {
  * syntax) is `seccomp=unconfined`, bare `no-new-privileges` is `=true`, and bare
  * `disable` is the legacy form of `label=disable`.
  */
-function securityOption (o: string): string {
+export function securityOption (o: string): string {
   const i = o.search(/[=:]/)
   if (i < 0) return o === 'no-new-privileges' ? 'no-new-privileges=true' : o === 'disable' ? 'label=disable' : o
   return `${o.slice(0, i)}=${o.slice(i + 1)}`
@@ -143,7 +144,7 @@ function securityOption (o: string): string {
  * host directory, `type=ext4 device=/dev/...` a host disk, `type=overlay o=lowerdir=...`
  * host directories. Other drivers are plugins the policy allows or not by name.
  */
-function localVolume (driver: string, opts: Json): { hostAccess: boolean, bindPath: string | null } {
+export function localVolume (driver: string, opts: Json): { hostAccess: boolean, bindPath: string | null } {
   if (driver !== '' && driver !== 'local') return { hostAccess: false, bindPath: null }
   const type = str(opts.type)
   const o = str(opts.o).split(',').map((s) => s.trim())
@@ -297,6 +298,9 @@ export function buildInput (op: string, kind: string, resource: string, query: U
     case 'ImageBuild':
       buildFacts(f, q)
       break
+    default:
+      // Podman's own API: its bodies in the same facts (libpod-facts.ts).
+      if (op.endsWith('Libpod')) libpodFacts(op, f, b)
   }
   f.hostPaths = [...new Set(f.hostPaths)]
   return { op, kind, resource, query: q, body, ...f }

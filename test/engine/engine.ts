@@ -367,7 +367,8 @@ async function ensureSwarm(info: EngineInfo): Promise<void> {
   }
 }
 
-async function ensureImage(info: EngineInfo): Promise<void> {
+/** Imports the busybox test image through the engine's API (also used for the Podman engine, test/engine/podman.ts). */
+export async function ensureImage(info: EngineInfo): Promise<void> {
   if ((await api(info.socket, 'GET', `/images/${info.image}/json`)).status === 200) return;
   const root = path.join(info.dir, 'image-rootfs');
   const tar = path.join(info.dir, 'image.tar');
@@ -395,11 +396,12 @@ async function ensureImage(info: EngineInfo): Promise<void> {
  * What the tests need from Debian: the engine, the busybox the test image is made of,
  * the real clients the compatibility tests drive (docker-py and compose 1.29), a
  * registry with htpasswd authentication (test/helpers/registry.ts), promtool (from
- * prometheus: deploy/ alert rules and scrape config) and PostgreSQL (the policy database
- * of test/scale-out). The README's list and .ci/run's are the same.
+ * prometheus: deploy/ alert rules and scrape config) PostgreSQL (the policy database
+ * of test/scale-out) and Podman (the second engine implementation test/podman.test.ts
+ * puts behind the gateway, test/engine/podman.ts). The README's list and .ci/run's are the same.
  */
 // busybox-static, not busybox: only its /bin/busybox can be copied into an empty image.
-const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils', 'prometheus', 'postgresql'];
+const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils', 'prometheus', 'postgresql', 'podman'];
 
 // Two engines start at once: one apt run for both.
 let packagesReady: Promise<void> | undefined;

@@ -887,7 +887,8 @@ export function crossTenantSuite (role: 'plain' | 'swarm'): void {
   SWARM = role === 'swarm'
   t.test('every catalog operation is classified, and every one with a path parameter has a case', async (t) => {
     const cases = allCases()
-    for (const op of operations) {
+    // Podman's own operations need a Podman engine: test/podman.test.ts crosses them.
+    for (const op of operations.filter((o) => !o.libpod)) {
       const where = [op.id in PARAM_CASES && 'path', REFERENCE_OPS.includes(op.id) && 'reference', op.id in NO_REFERENCE && 'none'].filter(Boolean)
       t.ok(where.length > 0, `${op.id} is classified (${where.join(', ') || 'nowhere: add it to PARAM_CASES, REFERENCE_OPS or NO_REFERENCE'})`)
       if (op.param) {

@@ -13,11 +13,16 @@
  * (or `{id:.+}`) for every container, exec, image, volume, network, plugin and
  * distribution route (dockerd 20.10 and current alike); swarm objects, nodes and
  * checkpoint names are single segments (`{id}`).
+ *
+ * Podman's own API (`/v4.3.1/libpod/...`) has rows of its own in libpod.ts, appended here.
  */
+import { libpodRows } from './libpod'
 
 export type ResourceKind =
   | 'container' | 'image' | 'network' | 'volume' | 'exec' | 'node' | 'service' | 'task'
   | 'secret' | 'config' | 'plugin' | 'swarm' | 'system' | 'build' | 'distribution' | 'session'
+  /** Podman's pods (libpod.ts). */
+  | 'pod'
   /** The gateway's own policy admin API (answered by the gateway, never forwarded). */
   | 'policy'
 
@@ -47,6 +52,8 @@ export interface Operation {
   readonly minVersion?: string
   /** Not described in the spec files (engine routes the spec leaves out). */
   readonly unlisted?: boolean
+  /** Podman's own API (libpod.ts): matched only under `/v<libpod version>/libpod/...`. */
+  readonly libpod?: boolean
 }
 
 type Row = [Operation['method'], string, string, ResourceKind, Partial<Omit<Operation, 'id' | 'method' | 'path' | 'kind'>>?]
@@ -204,7 +211,7 @@ const rows: Row[] = [
   ['DELETE', '/_portcullis/policy', 'PortcullisPolicyRemove', 'policy', { body: 'json', unlisted: true }],
 ]
 
-export const operations: readonly Operation[] = Object.freeze(rows.map(([method, path, id, kind, extra]) => {
+export const operations: readonly Operation[] = Object.freeze([...rows, ...libpodRows].map(([method, path, id, kind, extra]) => {
   const param = /\{(\w+)\*?\}/.exec(path)?.[1]
   const op: Operation = { id, method, path, kind, body: 'none', streams: false, ...(param ? { param } : {}), ...extra }
   return Object.freeze(op)

@@ -6,13 +6,14 @@
  * at the same operation and the same resource name as the gateway did.
  */
 import { GatewayError } from '../errors'
+import { libpodPath, unversionedLibpodRefused } from './libpod'
 import { operations, type Operation } from './operations'
 
 export interface ApiWindow { readonly minVersion: string, readonly maxVersion: string }
 
 export interface Target {
   readonly operation: Operation
-  /** `1.41` for `/v1.41/...`; null for unversioned paths (the engine's default version). */
+  /** `1.41` for `/v1.41/...` (`4.3.1` for Podman's `/v4.3.1/libpod/...`); null for unversioned paths (the engine's default version). */
   readonly apiVersion: string | null
   /** Decoded path parameters, e.g. `{ id: 'web' }` or `{ name: 'localhost:5000/app:1' }`. */
   readonly params: Readonly<Record<string, string>>
@@ -33,9 +34,14 @@ const compiled: Compiled[] = operations.map((op) => {
   })
   return { op, segments, literals: segments.filter((s) => 'literal' in s).length, multiAt: segments.findIndex((s) => 'param' in s && s.multi) }
 })
-/** The routes of each method. */
-const byMethod = new Map<string, Compiled[]>()
-for (const c of compiled) byMethod.set(c.op.method, [...(byMethod.get(c.op.method) ?? []), c])
+type Routes = Map<string, Compiled[]>
+/** The routes of each method: the Engine API's, and Podman's own (libpod.ts), never mixed. */
+const byMethod: Routes = new Map()
+const libpodByMethod: Routes = new Map()
+for (const c of compiled) {
+  const table = c.op.libpod ? libpodByMethod : byMethod
+  table.set(c.op.method, [...(table.get(c.op.method) ?? []), c])
+}
 
 const VERSION = /^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/
 
@@ -90,9 +96,9 @@ function match (c: Compiled, segs: string[], fold: boolean): Record<string, stri
   return params
 }
 
-function best (method: string, segs: string[], fold: boolean): { c: Compiled, params: Record<string, string> } | null {
+function best (routes: Routes, method: string, segs: string[], fold: boolean): { c: Compiled, params: Record<string, string> } | null {
   let found: { c: Compiled, params: Record<string, string> } | null = null
-  for (const c of byMethod.get(method) ?? []) {
+  for (const c of routes.get(method) ?? []) {
     const params = match(c, segs, fold)
     // Literal routes win over parameterised ones (`/images/json` is ImageList, not an image named "json").
     if (params && (!found || c.literals > found.c.literals)) found = { c, params }
@@ -112,7 +118,13 @@ export function resolveTarget (method: string, rawUrl: string, window: ApiWindow
   let segs = decodeSegments(rawPath)
 
   let apiVersion: string | null = null
-  if (/^v/i.test(segs[0]) && /^v[0-9.]*$/i.test(segs[0])) {
+  let routes = byMethod
+  const libpod = libpodPath(segs)
+  if (libpod) {
+    apiVersion = libpod.version
+    segs = libpod.segs
+    routes = libpodByMethod
+  } else if (/^v/i.test(segs[0]) && /^v[0-9.]*$/i.test(segs[0])) {
     const m = VERSION.exec(segs[0])
     if (!m) throw new GatewayError('PATH_AMBIGUOUS', `malformed API version in path: ${JSON.stringify(segs[0])}`)
     apiVersion = `${m[1]}.${m[2]}`
@@ -126,14 +138,15 @@ export function resolveTarget (method: string, rawUrl: string, window: ApiWindow
     if (segs.length === 0) throw new GatewayError('OPERATION_UNKNOWN', 'page not found')
   }
 
-  const found = best(method, segs, false)
+  const found = best(routes, method, segs, false)
   if (!found) {
     // The engine's router is case-sensitive; a path that only matches when case is
     // folded is refused as ambiguous rather than guessed at.
-    if (best(method, segs, true)) throw new GatewayError('PATH_AMBIGUOUS', 'path differs from an Engine API route only in letter case')
-    throw new GatewayError('OPERATION_UNKNOWN', `page not found: no Engine API operation for ${method} ${'/' + segs.join('/')}`)
+    if (best(routes, method, segs, true)) throw new GatewayError('PATH_AMBIGUOUS', 'path differs from an Engine API route only in letter case')
+    throw new GatewayError('OPERATION_UNKNOWN', `page not found: no ${libpod ? 'Podman API' : 'Engine API'} operation for ${method} ${'/' + segs.join('/')}`)
   }
   const op = found.c.op
+  if (libpod && unversionedLibpodRefused(op, apiVersion)) throw new GatewayError('OPERATION_UNKNOWN', `page not found: Podman serves ${op.id} only under a version (/v4.x.y${op.path})`)
   if (op.minVersion && apiVersion && compareVersions(apiVersion, op.minVersion) < 0) {
     throw new GatewayError('OPERATION_TOO_NEW', `${op.id} requires API version ${op.minVersion} or newer, the request asked for ${apiVersion}`)
   }

@@ -135,7 +135,8 @@ export function missing (kind: ObjectKind, ref: string, opId: string, where: 'pa
       break
     default: message = `${kind} ${ref} not found`
   }
-  return Object.assign(new GatewayError(where === 'path' || where === 'endpoint' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message), { tenancyRule: 'tenant-ownership' })
+  // `missing` lets the tenancy stage answer in another engine's words (podman.ts).
+  return Object.assign(new GatewayError(where === 'path' || where === 'endpoint' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message), { tenancyRule: 'tenant-ownership', missing: { kind, ref, opId, where } })
 }
 
 /**

@@ -16,6 +16,7 @@ import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './
 import { Credentials } from './credentials'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
+import { podmanMissing, type MissingRef } from './podman'
 
 export { Credentials, loadCredentials } from './credentials'
 export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
@@ -59,7 +60,7 @@ export class Tenancy {
     const op = target.operation
     const handler = handlers[op.id]
     if (!handler) throw new GatewayError('FORBIDDEN', `${op.id} has no tenant scoping; refused for subject ${identity.subject}`)
-    if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion'].includes(op.id)) {
+    if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion', 'SystemPingLibpod', 'SystemPingHeadLibpod', 'SystemVersionLibpod'].includes(op.id)) {
       throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
     }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)
@@ -68,7 +69,7 @@ export class Tenancy {
     } catch (err) {
       // Refused after a check had already reserved quota: let it go now.
       for (const f of call.settled) f(0)
-      throw err
+      throw await this.asEngineAnswers(err)
     }
     return {
       ...(call.paramsChanged || call.queryChanged ? { url: buildUrl(target, call.params, call.queryChanged ? call.query : null) } : {}),
@@ -80,6 +81,14 @@ export class Tenancy {
       ...(call.answer ? { answer: call.answer } : {}),
       ...(call.settled.length > 0 ? { settled: (status: number) => { for (const f of call.settled) f(status) } } : {}),
     }
+  }
+
+  /** Another tenant's object answers as a missing one, in the words of the engine behind the gateway. */
+  private async asEngineAnswers (err: unknown): Promise<unknown> {
+    const m = (err as { missing?: MissingRef }).missing
+    // (An engine that cannot be asked which it is keeps the answer it had.)
+    if (!m || !(err instanceof GatewayError) || await this.resolver.engine().catch(() => 'docker') !== 'podman') return err
+    return Object.assign(new GatewayError(err.code, err.message, { answer: podmanMissing(m) }), { tenancyRule: (err as { tenancyRule?: string }).tenancyRule })
   }
 
   close (): void { this.stopWatching() }

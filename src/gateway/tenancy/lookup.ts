@@ -16,6 +16,7 @@ import { GatewayError } from '../errors'
 import { upstreamError } from '../forward'
 import { engineJson, type Upstream } from '../upstream'
 import { serializeFilters, withLabel } from './filters'
+import { engineKindOf, PODMAN_DEFAULT_NETWORK, type EngineKind } from './podman'
 
 export const TENANT_LABEL = 'io.portcullis.tenant'
 export const SUBJECT_LABEL = 'io.portcullis.subject'
@@ -35,6 +36,11 @@ const SWARM_ID = /^[0-9a-z]{25}$/
 /** Networks every engine has; tenants may attach to bridge and none, and nobody owns them. */
 export const PREDEFINED_NETWORKS = new Set(['bridge', 'host', 'none'])
 
+/** A predefined network's name; under Podman also its default network's own name (podman.ts). */
+export function isPredefinedNetwork (name: unknown, engine: EngineKind): boolean {
+  return typeof name === 'string' && (PREDEFINED_NETWORKS.has(name) || (engine === 'podman' && name === PODMAN_DEFAULT_NETWORK))
+}
+
 export function ownerOf (labels: Labels): string | null {
   const v = labels?.[TENANT_LABEL]
   return typeof v === 'string' ? v : null
@@ -49,6 +55,8 @@ export class OwnerCache {
   private readonly parents = new Map<string, string>()
   private readonly limitsOf = new Map<string, Limits>()
   live = false
+  /** Which engine answers, read again from every answer of the event stream (kept across clear()). */
+  engine: EngineKind | undefined
 
   get (id: string): string | null | undefined { return this.live ? this.owners.get(id) : undefined }
   set (id: string, owner: string | null): void { if (this.live && this.owners.size < 100_000) this.owners.set(id, owner) }
@@ -169,6 +177,7 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
           throw new Error(`the engine at ${upstream.url} answered ${res.statusCode} to GET /events`)
         }
         cache.clear()
+        cache.engine = engineKindOf(res.headers)
         cache.live = true
         connected = true
         if (downSince !== null) log.info({ upstream: upstream.url, downSeconds: Math.round((Date.now() - downSince) / 1000), attempts: failures }, 'engine event stream connected again; ownership cache on')
@@ -182,9 +191,11 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
           const id = ev.Actor?.ID
           if (typeof id !== 'string' || id === '') continue
           if (EVICTING.has(action)) cache.evict(id)
-          if (ev.Type === 'container' && (action === 'create' || action === 'destroy')) {
+          // Podman reports a container's removal as `remove`, where dockerd says `destroy`.
+          const containerAction = action === 'remove' ? 'destroy' : action
+          if (ev.Type === 'container' && (containerAction === 'create' || containerAction === 'destroy')) {
             const attributes = ev.Actor?.Attributes
-            cache.containerEvent(action, id, attributes !== null && typeof attributes === 'object' ? attributes as Record<string, unknown> : {})
+            cache.containerEvent(containerAction, id, attributes !== null && typeof attributes === 'object' ? attributes as Record<string, unknown> : {})
           }
         }
         cause = `the engine at ${upstream.url} closed the event stream`
@@ -223,6 +234,20 @@ function enc (s: string): string { return encodeURIComponent(s) }
 
 export class Resolver {
   constructor (private readonly upstream: Upstream, readonly cache: OwnerCache) {}
+
+  /** Which engine answers: read from the event stream's answer, else asked once with a ping. */
+  async engine (): Promise<EngineKind> {
+    if (this.cache.engine) return this.cache.engine
+    let res
+    try {
+      res = await this.upstream.pool.request({ method: 'GET', path: '/_ping', headers: this.upstream.host ? { host: this.upstream.host } : {}, signal: AbortSignal.timeout(30_000) })
+    } catch (err) {
+      throw upstreamError(err, this.upstream.url)
+    }
+    await res.body.dump()
+    this.cache.engine = engineKindOf(res.headers)
+    return this.cache.engine
+  }
 
   async get (path: string): Promise<{ status: number, body: any }> {
     const r = await this.probe(path)
@@ -353,8 +378,14 @@ export class Resolver {
     const all = (r.body as any[]).map((n) => ({ id: String(n.Id), names: [String(n.Name)], owner: ownerOf(n.Labels), scope: n.Scope }))
     const pick = this.pick(ref, all)
     // The predefined networks are nobody's: visible (and attachable, as policy allows) to all.
-    if (pick && pick.owner === null && PREDEFINED_NETWORKS.has(pick.names[0]) && pick.scope === 'local') {
+    const engine = await this.engine()
+    if (pick && pick.owner === null && isPredefinedNetwork(pick.names[0], engine) && pick.scope === 'local') {
       return { state: 'shared', id: pick.id, name: pick.names[0] }
+    }
+    // Podman lists its default network as `bridge`; by its own name it is `podman` (podman.ts).
+    if (!pick && engine === 'podman' && ref === PODMAN_DEFAULT_NETWORK) {
+      const d = await this.get(`/networks/${enc(ref)}`)
+      if (d.status === 200 && ownerOf(d.body?.Labels) === null) return { state: 'shared', id: String(d.body.Id), name: ref }
     }
     return this.decide(pick, tenant)
   }
@@ -418,7 +449,12 @@ export class Resolver {
    * them (an image built or committed by that tenant).
    */
   async image (ref: string, tenant: string): Promise<Resolution | { readonly state: 'foreign' }> {
-    const r = await this.get(`/images/${ref.split('/').map(enc).join('/')}/json`)
+    const path = `/images/${ref.split('/').map(enc).join('/')}/json`
+    const r = await this.probe(path)
+    // Podman 4 refuses a 64-digit hex string that is no image's id with a 500 while normalizing it as a name.
+    if (r.status >= 500 && !/cannot specify 64-byte hexadecimal strings/.test(String(r.body?.message))) {
+      throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path}`)
+    }
     if (r.status !== 200) return { state: 'missing' }
     const owner = ownerOf(r.body?.Config?.Labels)
     if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }

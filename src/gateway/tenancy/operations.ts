@@ -17,9 +17,10 @@ import { parseFilters, serializeFilters, withLabel } from './filters'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
-import { ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
+import { isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
+import { libpodHandlers } from './libpod'
 
 export type Handler = (call: Call) => Promise<void>
 
@@ -27,7 +28,7 @@ export type Handler = (call: Call) => Promise<void>
 // ---------------------------------------------------------------------------------
 // Building blocks
 
-type Resolvable = Exclude<ObjectKind, 'image'>
+export type Resolvable = Exclude<ObjectKind, 'image'>
 
 async function resolve (call: Call, kind: Resolvable, ref: string): Promise<Resolution> {
   switch (kind) {
@@ -83,7 +84,7 @@ function ownerTermsOnly (call: Call): void {
 }
 
 /** Where an object's labels are in a list or inspect answer, and what the engine shows for none. */
-interface LabelsAt { readonly path: readonly string[], readonly empty: Record<string, never> | null }
+export interface LabelsAt { readonly path: readonly string[], readonly empty: Record<string, never> | null }
 const CONTAINER_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
 const NETWORK_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
 const VOLUME_LABELS: LabelsAt = { path: ['Labels'], empty: null }
@@ -222,7 +223,7 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
   return { newVolumes }
 }
 
-type Found = Exclude<Resolution, { state: 'missing' }>
+export type Found = Exclude<Resolution, { state: 'missing' }>
 
 /**
  * Who a process runs as is decided by the runtime from the container's own /etc/passwd
@@ -417,13 +418,17 @@ function stampChanges (call: Call): void {
   const changes = call.query.getAll('changes')
   const forged = labelKeys(changes.join('\n')).filter(mayBeOwnerLabel)
   if (forged.length > 0) throw refuse('owner-labels', `changes must not set io.portcullis.* labels, or labels named with variables (${forged.map((k) => JSON.stringify(k)).join(', ')})`)
-  const stamp = labelInstruction({ [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject })
-  if (stamp === null) throw refuse('owner-labels', `the owner labels of subject ${call.subject} in tenant ${call.tenant} cannot be written as a Dockerfile LABEL`)
+  // One LABEL per label: Podman reads only the first key=value of a LABEL change, and
+  // would store the rest as part of the first value (docs/podman.md).
+  const stamps = [labelInstruction({ [TENANT_LABEL]: call.tenant }), labelInstruction({ [SUBJECT_LABEL]: call.subject })]
+  if (stamps.includes(null)) throw refuse('owner-labels', `the owner labels of subject ${call.subject} in tenant ${call.tenant} cannot be written as a Dockerfile LABEL`)
   call.query.delete('changes')
   for (const c of changes) call.query.append('changes', c)
-  call.query.append('changes', stamp)
+  for (const stamp of stamps as string[]) {
+    call.query.append('changes', stamp)
+    call.patch.push({ op: 'add', path: '/query/changes/-', value: stamp })
+  }
   call.queryChanged = true
-  call.patch.push({ op: 'add', path: '/query/changes/-', value: stamp })
 }
 
 const imagePush: Handler = async (call) => {
@@ -545,9 +550,18 @@ const imageGetAll: Handler = async (call) => {
 // ---------------------------------------------------------------------------------
 // Networks and volumes
 
+/**
+ * The id to send for a network: its full id, except for a predefined network named by
+ * its name (names no tenant can hold: engines refuse to create them). Podman gives its
+ * default network the name `bridge` only when it is asked for by that name.
+ */
+function networkRef (call: Call, res: Found, ref: string): string {
+  return res.state === 'shared' && ref === res.name ? ref : res.id
+}
+
 const networkInspect: Handler = async (call) => {
   const res = await ownOrSharedNetwork(call, call.params.id)
-  call.setParam('id', res.id)
+  call.setParam('id', networkRef(call, res, call.params.id))
   if (res.state === 'shared') {
     // A predefined network lists everyone's containers: only the tenant's own are shown.
     const mine = new Set((await call.r.ownList('container', call.tenant)).map((c) => String(c.Id)))
@@ -568,7 +582,7 @@ const networkInspect: Handler = async (call) => {
 
 const networkConnect: Handler = async (call) => {
   const res = await ownOrSharedNetwork(call, call.params.id)
-  call.setParam('id', res.id)
+  call.setParam('id', networkRef(call, res, call.params.id))
   const c = str(bodyAt(call, 'Container'))
   // The engine answers a missing container to connect or disconnect with its 404.
   const forced = call.op.id === 'NetworkDisconnect' && bodyAt(call, 'Force') === true
@@ -630,12 +644,26 @@ const containerTop: Handler = async (call) => {
 const networkList: Handler = async (call) => {
   // No owner filter for the engine (the predefined networks carry no owner label).
   ownerTermsOnly(call)
+  const engine = await call.r.engine()
   call.respond = {
     kind: 'json',
     transform: (body) => list(body)
-      .filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && PREDEFINED_NETWORKS.has(n?.Name) && n?.Scope === 'local'))
+      .filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && isPredefinedNetwork(n?.Name, engine) && n?.Scope === 'local'))
       .map((n) => hideAll(n, [NETWORK_LABELS])),
   }
+}
+
+/**
+ * Podman (4.3) prunes a volume when ANY of the prune's filter terms matches it, where
+ * dockerd requires all: the owner label ANDed with a client's `label=x` or `until=`
+ * would prune other tenants' volumes. Under Podman a tenant's volume prune takes no
+ * filters of its own.
+ */
+const volumePrune: Handler = async (call) => {
+  if (parseFilters(call.query).size > 0 && await call.r.engine() === 'podman') {
+    throw refuse('podman-volume-prune', 'Podman prunes every volume that matches any one filter term: a tenant\'s volume prune takes no filters on this engine')
+  }
+  await labelFiltered()(call)
 }
 
 const volumeCreate: Handler = async (call) => {
@@ -873,7 +901,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   VolumeInspect: volumeInspect,
   VolumeUpdate: owned('volume', 'name'),
   VolumeDelete: owned('volume', 'name'),
-  VolumePrune: labelFiltered(),
+  VolumePrune: volumePrune,
   // Networks
   NetworkList: networkList,
   NetworkInspect: networkInspect,
@@ -935,4 +963,6 @@ export const handlers: Readonly<Record<string, Handler>> = {
   DistributionInspect: distributionInspect,
   Session: open,
   Grpc: denied('no-buildkit-grpc', 'BuildKit\'s direct gRPC control (buildx) names images and outputs the gateway cannot inspect; use docker build'),
+  // Podman's own API (libpod.ts), scoped with the same building blocks
+  ...libpodHandlers({ own, owned, denied, open, labelFiltered, keepOwn, hidden, hideAll, stamp, nameFree, nameTaken, ownOrSharedNetwork, networkRef, mustBeInNamespace, registryAuth, volumePrune }),
 }

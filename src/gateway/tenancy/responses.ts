@@ -4,7 +4,8 @@
  */
 import { isJsonNumber } from '../../policy/body/number'
 import { list, type Call } from './call'
-import { ownerOf, PREDEFINED_NETWORKS, TENANT_LABEL } from './lookup'
+import { isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
+import type { EngineKind } from './podman'
 
 
 /**
@@ -110,16 +111,20 @@ export function filterEvents (call: Call): (event: any) => Promise<boolean> {
     } catch { mine = false }
     return remember(`${kind}:${id}`, mine)
   }
+  // Asked once, and only when a predefined network's event needs it.
+  let engine: Promise<EngineKind> | undefined
+  const engineKind = async (): Promise<EngineKind> => await (engine ??= call.r.engine().catch(() => 'docker' as const))
   return async (ev: any): Promise<boolean> => {
     const attrs = ev?.Actor?.Attributes ?? {}
     const id = String(ev?.Actor?.ID ?? ev?.id ?? '')
     switch (ev?.Type) {
       case 'container': return attrs[TENANT_LABEL] === call.tenant
       case 'image': return attrs[TENANT_LABEL] === call.tenant
-      case 'volume': return ownBy('volume', id)
+      // Podman's volume events carry no id: the volume's name is an attribute.
+      case 'volume': return ownBy('volume', id || String(attrs.name ?? ''))
       case 'network': {
         if (await ownBy('network', id)) return true
-        if (!PREDEFINED_NETWORKS.has(attrs.name) || !attrs.container) return false
+        if (!isPredefinedNetwork(attrs.name, await engineKind()) || !attrs.container) return false
         const known = seen.get(`container:${attrs.container}`)
         if (known !== undefined) return known
         return remember(`container:${attrs.container}`, (await call.r.container(attrs.container, call.tenant).catch(() => ({ state: 'missing' }))).state === 'own')

@@ -4,6 +4,7 @@
  * field name to its canonical spelling and tree.
  */
 import schemaFile from './engine-schema.json'
+import { LIBPOD_BODIES } from './libpod-schema'
 
 export interface StructField {
   /** The canonical spelling. */
@@ -102,8 +103,20 @@ function compileFile (file: unknown): ReadonlyMap<string, BodyNode> {
 const LINES_BODY = { t: 'struct', f: { lines: { t: 'array', i: { t: 'array', i: { t: 'any' } } } } }
 const GATEWAY_BODIES: Record<string, unknown> = { PortcullisPolicyAdd: LINES_BODY, PortcullisPolicyRemove: LINES_BODY }
 
+const engineBodies = compileFile(schemaFile as unknown)
+
+/** Podman's own operations (libpod-schema.ts): a tree of their own, or a Docker operation's. */
+function libpodBodies (): Array<readonly [string, BodyNode]> {
+  return Object.entries(LIBPOD_BODIES).map(([id, tree]) => {
+    const node = typeof tree === 'string' ? engineBodies.get(tree) : compileTree(tree, id)
+    if (!node) throw new Error(`body schema: ${id} refers to ${String(tree)}, which has none`)
+    return [id, node] as const
+  })
+}
+
 /** operationId -> the tree of its JSON request body (ContainerCreate: the engine's wrapper, above). */
 export const bodySchemas: ReadonlyMap<string, BodyNode> = new Map([
-  ...compileFile(schemaFile as unknown),
+  ...engineBodies,
   ...Object.entries(GATEWAY_BODIES).map(([id, tree]) => [id, compileTree(tree, id)] as const),
+  ...libpodBodies(),
 ])

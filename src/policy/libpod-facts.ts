@@ -1,0 +1,170 @@
+/**
+ * Podman's own API (src/gateway/catalog/libpod.ts) in the policy's facts: a
+ * SpecGenerator (`POST /libpod/containers/create`) and the other libpod bodies say
+ * the same things as a Docker ContainerCreate in other words, and the same rules
+ * (no-privileged, host-binds, capabilities, no-host-namespaces...) judge them.
+ *
+ * Where a SpecGenerator field has no Docker counterpart but reaches the host, it is
+ * expressed in the nearest fact, so that the shipped rules refuse it: host files
+ * Podman reads or writes (rootfs, the log file, conmon's pid file, a seccomp profile,
+ * init binary, devices_from, chroot directories) are host paths; a namespace joined
+ * by path is the host's; a pod's namespaces are another container's; mounts other
+ * than bind and tmpfs are host volumes. Tenants are further limited to the fields
+ * the gateway knows (src/gateway/tenancy/libpod.ts).
+ */
+import { capability, localVolume, normalizeHostPath, securityOption, type Facts } from './facts'
+
+type Json = Record<string, unknown>
+const obj = (v: unknown): Json => (v !== null && typeof v === 'object' && !Array.isArray(v) ? v as Json : {})
+const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : [])
+const str = (v: unknown): string => (typeof v === 'string' ? v : '')
+const strings = (v: unknown): string[] => arr(v).filter((x): x is string => typeof x === 'string')
+const num = (v: unknown): number => {
+  const n = v === null || v === undefined || typeof v === 'boolean' ? 0 : Number(v)
+  return Number.isFinite(n) ? n : 0
+}
+
+/** A host path a field names (`/src:O` overlay suffixes and `host:container:perms` device forms cut). */
+function hostPath (p: string): string | null {
+  const path = p.split(':')[0]
+  return path.startsWith('/') ? normalizeHostPath(path) : null
+}
+
+/**
+ * A namespace `{nsmode, value}` as the Docker mode string the facts use: `host`,
+ * `container:<ref>`, or the mode itself (`private`, `bridge`, `none`, `slirp4netns`...).
+ */
+function namespaceMode (ns: unknown): string {
+  const { nsmode, value } = obj(ns)
+  switch (str(nsmode)) {
+    case 'host': return 'host'
+    // A namespace file named by path can be any process's, the host's included.
+    case 'path': return 'host'
+    case 'container': return `container:${str(value)}`
+    // The pod's infra container's namespaces.
+    case 'pod': return 'container:pod'
+    default: return str(nsmode)
+  }
+}
+
+/** OCI mount types that only create something new in the container. */
+const PRIVATE_MOUNT_TYPES = new Set(['tmpfs', 'ramfs', 'devpts', 'mqueue'])
+
+function specGeneratorFacts (f: Facts, b: Json): void {
+  f.privileged = b.privileged === true
+  for (const m of arr(b.mounts).map(obj)) {
+    const type = str(m.type)
+    const options = strings(m.options)
+    // runc binds whatever a bind option is given to, whatever the type says.
+    if (type === 'bind' || options.includes('bind') || options.includes('rbind')) {
+      const p = hostPath(str(m.source))
+      if (p) f.hostPaths.push(p)
+      else f.hostVolume = true
+    } else if (!PRIVATE_MOUNT_TYPES.has(type)) {
+      f.hostVolume = true
+    }
+  }
+  for (const o of arr(b.overlay_volumes).map(obj)) {
+    const p = hostPath(str(o.source))
+    if (p) f.hostPaths.push(p)
+  }
+  for (const field of ['rootfs', 'conmon_pid_file', 'seccomp_profile_path', 'init_path', 'devices_from']) {
+    const p = hostPath(str(b[field]))
+    if (p) f.hostPaths.push(p)
+  }
+  const logPath = hostPath(str(obj(b.log_configuration).path))
+  if (logPath) f.hostPaths.push(logPath)
+  for (const d of strings(b.chroot_directories)) {
+    const p = hostPath(d)
+    if (p) f.hostPaths.push(p)
+  }
+  f.capAdd = strings(b.cap_add).map(capability)
+  f.capDrop = strings(b.cap_drop).map(capability)
+  f.devices = [...arr(b.devices).map((d) => str(obj(d).path)), ...strings(b.host_device_list)]
+  const resources = obj(b.resource_limits)
+  f.deviceCgroupRules = [...arr(b.device_cgroup_rule), ...arr(resources.devices)].map((r) => JSON.stringify(r))
+  f.namespaces = {
+    network: namespaceMode(b.netns),
+    pid: namespaceMode(b.pidns),
+    ipc: namespaceMode(b.ipcns),
+    uts: namespaceMode(b.utsns),
+    userns: namespaceMode(b.userns),
+    cgroupns: namespaceMode(b.cgroupns),
+  }
+  const security: string[] = []
+  for (const o of strings(b.selinux_opts)) security.push(`label=${o}`)
+  if (str(b.apparmor_profile)) security.push(`apparmor=${str(b.apparmor_profile)}`)
+  if (str(b.seccomp_profile_path)) security.push(`seccomp=${str(b.seccomp_profile_path)}`)
+  // `image` takes the profile named by the image's label: any profile at all.
+  if (str(b.seccomp_policy) && str(b.seccomp_policy) !== 'default') security.push(`seccomp-policy=${str(b.seccomp_policy)}`)
+  if (b.no_new_privileges === true) security.push('no-new-privileges=true')
+  // Paths unmasked or masked differently from the runtime's defaults: what Docker's MaskedPaths/ReadonlyPaths are.
+  if (strings(b.unmask).length || strings(b.mask).length) security.push('systempaths=custom')
+  if (str(b.procfs_opts) || strings(b.procfs_opts).length) security.push('procfs=custom')
+  // systemd mode mounts the host's cgroup hierarchy (read-write on cgroup v1).
+  if (str(b.systemd) === 'always') security.push('systemd=always')
+  if (b.label_nested === true) security.push('label=nested')
+  f.securityOpt = security.map(securityOption)
+  f.sysctls = Object.keys(obj(b.sysctl))
+  f.runtime = str(b.oci_runtime)
+  f.cgroupParent = str(b.cgroup_parent)
+  f.volumesFrom = strings(b.volumes_from)
+  f.user = str(b.user)
+  f.memory = num(obj(resources.memory).limit)
+  const cpu = obj(resources.cpu)
+  f.nanoCpus = num(cpu.quota) > 0 && num(cpu.period) > 0 ? Math.round(num(cpu.quota) / num(cpu.period) * 1e9) : 0
+  f.pidsLimit = num(obj(resources.pids).limit)
+}
+
+/** Fill `f` from a libpod operation's body; operations without security-relevant bodies leave it empty. */
+export function libpodFacts (op: string, f: Facts, b: Json): void {
+  switch (op) {
+    case 'ContainerCreateLibpod':
+      specGeneratorFacts(f, b)
+      break
+    case 'ContainerExecLibpod':
+      f.privileged = b.Privileged === true
+      f.user = str(b.User)
+      break
+    case 'VolumeCreateLibpod': {
+      const v = localVolume(str(b.Driver), obj(b.Options))
+      if (v.bindPath) f.hostPaths.push(v.bindPath)
+      f.hostVolume = v.hostAccess
+      break
+    }
+    case 'NetworkCreateLibpod':
+      f.networkDriver = str(b.driver) || 'bridge'
+      break
+  }
+}
+
+/** For explain.ts: the SpecGenerator (or other libpod body) field a fact comes from, and the podman flag. */
+export function libpodSource (fact: string, op: string): string {
+  const exec = op === 'ContainerExecLibpod'
+  switch (fact) {
+    case 'privileged': return exec ? 'Privileged, podman exec --privileged' : 'privileged, --privileged'
+    case 'hostPaths': return op === 'VolumeCreateLibpod' ? 'Options device, -o device=' : 'mounts, overlay_volumes, rootfs, log_configuration.path, conmon_pid_file, seccomp_profile_path, init_path, devices_from, chroot_directories; -v/--mount/--rootfs/--log-opt'
+    case 'hostVolume': return op === 'VolumeCreateLibpod' ? 'Options, -o' : 'mounts other than bind and tmpfs, --mount'
+    case 'capAdd': return 'cap_add, --cap-add'
+    case 'capDrop': return 'cap_drop, --cap-drop'
+    case 'devices': return 'devices, host_device_list; --device'
+    case 'deviceCgroupRules': return 'device_cgroup_rule, resource_limits.devices; --device-cgroup-rule'
+    case 'namespaces.network': return 'netns, --network'
+    case 'namespaces.pid': return 'pidns, --pid'
+    case 'namespaces.ipc': return 'ipcns, --ipc'
+    case 'namespaces.uts': return 'utsns, --uts'
+    case 'namespaces.userns': return 'userns, --userns'
+    case 'namespaces.cgroupns': return 'cgroupns, --cgroupns'
+    case 'securityOpt': return 'selinux_opts, apparmor_profile, seccomp_policy, no_new_privileges, mask/unmask, procfs_opts, systemd; --security-opt/--systemd'
+    case 'sysctls': return 'sysctl, --sysctl'
+    case 'runtime': return 'oci_runtime, --runtime'
+    case 'cgroupParent': return 'cgroup_parent, --cgroup-parent'
+    case 'volumesFrom': return 'volumes_from, --volumes-from'
+    case 'user': return exec ? 'User, podman exec --user' : 'user, --user'
+    case 'memory': return 'resource_limits.memory.limit, --memory'
+    case 'nanoCpus': return 'resource_limits.cpu.quota/period, --cpus'
+    case 'pidsLimit': return 'resource_limits.pids.limit, --pids-limit'
+    case 'networkDriver': return 'driver, podman network create --driver'
+    default: return ''
+  }
+}
