@@ -274,7 +274,7 @@ const containerCreate: Handler = async (call) => {
   const hc = bodyAt(call, 'HostConfig')
   supplementaryGroups(hc?.GroupAdd, 'GroupAdd')
   // Reads only, each its own engine round trip: run together.
-  const [, { newVolumes }] = await inOrder([
+  const [, { newVolumes }, admitted] = await inOrder([
     nameFree(call, 'container', name),
     containerReferences(call, hc, bodyAt(call, 'NetworkingConfig'), bodyAt(call, 'Image')),
     checkQuota(call, { containers: 1, memory: num(hc?.Memory), nanoCpus: cpuOf(hc) }),
@@ -287,7 +287,11 @@ const containerCreate: Handler = async (call) => {
     kind: 'json',
     transform: (b) => {
       const id = str(b?.Id)
-      if (/^[0-9a-f]{64}$/.test(id)) call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
+      if (/^[0-9a-f]{64}$/.test(id)) {
+        call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
+        // Counted by its id from now on: its reservation would count it twice.
+        if (call.r.cache.containersOf(call.tenant)?.has(id) === true) admitted()
+      }
       return b
     },
   }

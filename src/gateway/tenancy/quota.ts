@@ -91,14 +91,14 @@ function cpus (n: number): string { return `${(n / 1e9).toFixed(3).replace(/\.?0
 /**
  * Refuse with a 403 naming the quota when `adding` on top of the current usage passes a
  * limit; otherwise admit it: `adding` is reserved for the tenant until the request is
- * answered, so that concurrent requests count each other (the check and the reservation
+ * answered (or the returned function ends it), so that concurrent requests count each other (the check and the reservation
  * happen with no await in between). Reservations held when the listing started are
  * counted too, even if released meanwhile (their object may be missing from the list):
  * at worst a request is counted twice for a moment, never not at all.
  */
-export async function checkQuota (call: Call, adding: Usage, except?: { container?: string, service?: string }): Promise<void> {
+export async function checkQuota (call: Call, adding: Usage, except?: { container?: string, service?: string }): Promise<() => void> {
   const q: Quota = quotaFor(call.settings, call.tenant)
-  if (q.containers === undefined && q.memory === undefined && q.nanoCpus === undefined) return
+  if (q.containers === undefined && q.memory === undefined && q.nanoCpus === undefined) return () => {}
   // Without a memory or CPU quota, containers are only counted: none is inspected.
   const limitsNeeded = q.memory !== undefined || q.nanoCpus !== undefined
   const cache = call.r.cache
@@ -140,7 +140,10 @@ export async function checkQuota (call: Call, adding: Usage, except?: { containe
   // the moment, never not at all.
   const held: Reservation = { ...adding }
   cache.reserve(call.tenant, held)
-  call.settled.push(() => cache.release(call.tenant, held))
+  const release = (): void => cache.release(call.tenant, held)
+  call.settled.push(release)
+  // Also for the caller to end it sooner, once what it admitted counts by itself.
+  return release
 }
 
 export async function checkVolumeQuota (call: Call, adding: number): Promise<void> {
