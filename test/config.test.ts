@@ -14,6 +14,29 @@ import {
   type ListenerConfig,
 } from '../src/config';
 
+type DirSpec = { [name: string]: string | DirSpec };
+
+/**
+ * A fixture directory under the system's temporary directory, removed after the test.
+ * Not t.testdir(): that lives below the checkout, and a config's default unix socket
+ * beside it can pass the 107-byte limit of a socket path when the checkout's path is long.
+ */
+function shortDir(test: { teardown: (fn: () => void) => void }, spec: DirSpec): string {
+  const dir = mkdtempSync(join(tmpdir(), 'pcc-'));
+  test.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const fill = (at: string, node: DirSpec): void => {
+    for (const [name, value] of Object.entries(node)) {
+      if (typeof value === 'string') writeFileSync(join(at, name), value);
+      else {
+        mkdirSync(join(at, name));
+        fill(join(at, name), value);
+      }
+    }
+  };
+  fill(dir, spec);
+  return dir;
+}
+
 /** Runs fn, which must throw a ConfigError, and returns its problems. */
 function problemsOf(fn: () => unknown): string[] {
   try {
@@ -60,7 +83,7 @@ function tcpListener(c: Config, i: number): Extract<ListenerConfig, { kind: 'tcp
 }
 
 t.test('built-in defaults', async (t) => {
-  const dir = t.testdir({});
+  const dir = shortDir(t, {});
   const c = defaultConfig(dir);
   t.equal(c.source, null);
   // The socket is owner-only and acts as the user running the gateway; TCP needs a token.
@@ -106,7 +129,7 @@ t.test('built-in defaults', async (t) => {
 });
 
 t.test('a full valid file', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {
-  const dir = t.testdir({ tls: {}, keys: {} });
+  const dir = shortDir(t, { tls: {}, keys: {} });
   const server = selfSigned(join(dir, 'tls'), 'server-');
   const client = selfSigned(join(dir, 'tls'), 'client-');
   const ca = join(dir, 'tls', 'ca.pem');
@@ -227,7 +250,7 @@ shutdown: { graceSeconds: 2.5 }
 });
 
 t.test('a file with many problems reports all of them', async (t) => {
-  const dir = t.testdir({});
+  const dir = shortDir(t, {});
   const file = join(dir, 'bad.yaml');
   writeFileSync(
     file,
@@ -370,7 +393,7 @@ t.test('the upstream from --upstream, the file, DOCKER_HOST, or the default', as
   t.match(describeConfig(parseConfig('log: { level: info }\n', file, { env })), { upstream: { url: 'unix:///run/user/1000/docker.sock', from: 'DOCKER_HOST' } }, 'the start-up summary says where it came from');
 
   // DOCKER_TLS_VERIFY: the client certificate, key and CA from DOCKER_CERT_PATH, as the docker CLI takes them.
-  const certs = t.testdir({});
+  const certs = shortDir(t, {});
   const missing = problemsOf(() => defaultConfig('/home/u/src', { env: { DOCKER_HOST: 'tcp://10.0.0.5', DOCKER_TLS_VERIFY: '1', DOCKER_CERT_PATH: certs } }));
   t.same(missing, ['cert', 'key', 'ca'].map((f) => `DOCKER_HOST.tls.${f}: file not readable: ${join(certs, `${f}.pem`)} (ENOENT)`), 'DOCKER_TLS_VERIFY reads DOCKER_CERT_PATH/{cert,key,ca}.pem');
   if (OPENSSL) {
@@ -461,7 +484,7 @@ t.test('policy.database: a PostgreSQL connection string, named without its passw
 });
 
 t.test('jwt key sources and algorithms', async (t) => {
-  const dir = t.testdir({});
+  const dir = shortDir(t, {});
   const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const ec = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
   writeFileSync(join(dir, 'rsa.pub'), rsa.publicKey.export({ type: 'spki', format: 'pem' }));
@@ -511,7 +534,7 @@ t.test('jwt key sources and algorithms', async (t) => {
 });
 
 t.test('jwt keys and requireExp', async (t) => {
-  const dir = t.testdir({});
+  const dir = shortDir(t, {});
   const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const p256 = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
   const p384 = generateKeyPairSync('ec', { namedCurve: 'secp384r1' });
@@ -596,7 +619,6 @@ t.test('auth.mtls: which certificate subject attributes make the identity', asyn
 });
 
 t.test('relative paths resolve against the config file directory', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {
-  // Not t.testdir(): its path is too long for the unix socket this config puts beside it.
   const dir = mkdtempSync(join(tmpdir(), 'portcullis-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const etc = join(dir, 'etc');
@@ -638,7 +660,7 @@ auth:
 });
 
 t.test('TLS material is checked', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {
-  const dir = t.testdir({ 'junk.pem': 'hello\n' });
+  const dir = shortDir(t, { 'junk.pem': 'hello\n' });
   selfSigned(dir, 'a-');
   selfSigned(dir, 'b-');
   const file = join(dir, 'p.yaml');
@@ -745,7 +767,7 @@ t.test('api window', async (t) => {
 });
 
 t.test('YAML-level problems', async (t) => {
-  const dir = t.testdir({});
+  const dir = shortDir(t, {});
   t.same(problemsOf(() => parseConfig('', join(dir, 'p.yaml'))), [
     '(root): the configuration is empty; expected a mapping such as "listen: ..."',
   ]);

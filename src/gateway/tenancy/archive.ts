@@ -46,7 +46,7 @@ export interface ArchiveScope {
   readonly labels: Readonly<Record<string, string>>
 }
 
-const BLOCK = 512
+export const BLOCK = 512
 /** An image config is a few KiB; configs (and other JSON files) are held up to this size each... */
 const HELD_FILE_MAX = 1 << 20
 /** ...and this much together. A config that was not held is refused. */
@@ -207,7 +207,7 @@ function checkArchiveTag (scope: ArchiveScope, tag: string): void {
 // ---------------------------------------------------------------------------------
 // Decompression
 
-async function decompressed (source: AsyncIterable<Buffer>): Promise<AsyncIterable<Buffer>> {
+export async function decompressed (source: AsyncIterable<Buffer>): Promise<AsyncIterable<Buffer>> {
   const it = source[Symbol.asyncIterator]()
   let first = Buffer.alloc(0)
   let done = false
@@ -249,7 +249,7 @@ async function decompressed (source: AsyncIterable<Buffer>): Promise<AsyncIterab
 // Reading tar
 
 /** Reads exact amounts from a chunked source. */
-class Bytes {
+export class Bytes {
   private readonly it: AsyncIterator<Buffer>
   private buf: Buffer = Buffer.alloc(0)
   private ended = false
@@ -317,7 +317,7 @@ class Bytes {
 
 interface Header { name: string, linkname: string, size: number, mode: number, mtime: number, type: string }
 
-function parseHeader (h: Buffer): Header {
+export function parseHeader (h: Buffer): Header {
   const stored = parseNumeric(h.subarray(148, 156), 'checksum')
   let unsigned = 0
   let signed = 0
@@ -361,12 +361,12 @@ function parseNumeric (b: Buffer, what: string): number {
   return parseInt(text, 8)
 }
 
-function cstr (b: Buffer): string {
+export function cstr (b: Buffer): string {
   const nul = b.indexOf(0)
   return b.subarray(0, nul < 0 ? b.length : nul).toString('utf8')
 }
 
-function parsePax (data: Buffer): Map<string, string> {
+export function parsePax (data: Buffer): Map<string, string> {
   const out = new Map<string, string>()
   let at = 0
   while (at < data.length) {
@@ -385,11 +385,11 @@ function parsePax (data: Buffer): Map<string, string> {
   return out
 }
 
-function padding (n: number): number {
+export function padding (n: number): number {
   return (BLOCK - (n % BLOCK)) % BLOCK
 }
 
-function isZero (b: Buffer): boolean {
+export function isZero (b: Buffer): boolean {
   for (let i = 0; i < b.length; i++) if (b[i] !== 0) return false
   return true
 }
@@ -398,7 +398,7 @@ function isZero (b: Buffer): boolean {
  * The path the engine writes an entry to, relative to its directory (filepath.Clean,
  * then joined below it); null for the directory itself. Names that climb out are refused.
  */
-function cleanName (name: string): string | null {
+export function cleanName (name: string): string | null {
   const n = path.posix.normalize(name).replace(/\/+$/, '').replace(/^\/+/, '')
   if (n === '' || n === '.') return null
   if (n === '..' || n.startsWith('../')) throw invalid(`the entry ${JSON.stringify(name)} lies outside the archive`)

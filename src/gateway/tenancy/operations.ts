@@ -14,6 +14,7 @@ import { GatewayError } from '../errors'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
+import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
@@ -367,6 +368,20 @@ const containerRename: Handler = async (call) => {
 // ---------------------------------------------------------------------------------
 // Images: a shared catalog; tags and pushes in the tenant's namespace
 
+/**
+ * An image a build names: the tenant's own or the shared catalog's; another tenant's is
+ * missing; one the engine does not have is the builder's to pull, from an allowed
+ * registry only.
+ */
+async function buildImage (call: Call, ref: string): Promise<void> {
+  const res = await call.r.image(ref, call.tenant)
+  if (res.state === 'own' || res.state === 'shared') return
+  if (res.state === 'foreign' || looksLikeImageId(ref)) throw missing('image', ref, call.op.id)
+  const parsed = parseImageRef(ref)
+  if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format in the Dockerfile: ${JSON.stringify(ref)}`)
+  if (!registryAllowed(call.settings, parsed.registry)) throw refuse('registry-not-allowed', `the build pulls ${familiar(ref)} from registry ${parsed.registry}, which is not allowed for tenant ${call.tenant}`)
+}
+
 async function visibleImage (call: Call, ref: string): Promise<Found> {
   const res = await call.r.image(ref, call.tenant)
   if (res.state === 'missing' || res.state === 'foreign') throw missing('image', ref, call.op.id)
@@ -467,6 +482,22 @@ const imageBuild: Handler = async (call) => {
   const remote = call.query.get('remote') ?? ''
   if (remote !== '' && remote !== 'client-session') {
     throw refuse('build-remote', 'building from a remote context makes the engine fetch it: not available to tenants (send the context in the body)')
+  }
+  // The classic builder reads the Dockerfile from the context in the body: read as it
+  // streams, and judged before the engine has the whole context (build.ts). A BuildKit
+  // build (remote=client-session) fetches its Dockerfile over the session instead.
+  if (remote === '') {
+    let buildArgs: Record<string, string | null> = {}
+    const raw = call.query.get('buildargs')
+    if (raw) {
+      try { buildArgs = JSON.parse(raw) } catch { throw new GatewayError('BODY_INVALID', 'invalid buildargs parameter: not a JSON object') }
+      if (buildArgs === null || typeof buildArgs !== 'object' || Array.isArray(buildArgs)) throw new GatewayError('BODY_INVALID', 'invalid buildargs parameter: not a JSON object')
+    }
+    call.bodyFilter = inspectBuild({
+      dockerfile: call.query.get('dockerfile') ?? '',
+      buildArgs,
+      checkImage: async (ref) => { await buildImage(call, ref) },
+    })
   }
   for (const ref of parseJsonList(call, 'cachefrom')) await visibleImage(call, ref)
   // BuildKit exporters (API 1.40+) can name images too: those names obey the namespace.
