@@ -655,10 +655,14 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     await docker(t, ['build', '-t', `${IMG}:1`, ctx])
     t.equal(await docker(t, ['run', '--rm', `${IMG}:1`]), 'built by mallory\n')
   }],
-  ['build with BuildKit (docker 20.10, session over h2c)', async (t) => {
+  ['build with BuildKit (docker 20.10, session over h2c): refused, its Dockerfile cannot be checked; the classic builder is', async (t) => {
     const ctx = fs.mkdtempSync(path.join(tmp, 'ctx-'))
     fs.writeFileSync(path.join(ctx, 'Dockerfile'), `FROM ${IMAGE}\nRUN echo built with buildkit > /out\nCMD ["cat", "/out"]\n`)
-    await docker(t, ['build', '--network', 'none', '-t', `${BK}:1`, ctx], { cli: CLI20, env: { DOCKER_BUILDKIT: '1' } })
+    const bk = await tenant(['build', '--network', 'none', '-t', `${BK}:0`, ctx], { cli: CLI20, env: { DOCKER_BUILDKIT: '1' } })
+    t.not(bk.code, 0, 'DOCKER_BUILDKIT=1 docker build fails')
+    t.match(bk.stderr, /rule build-buildkit/, 'naming the rule')
+    t.notOk(await exists('image', `${BK}:0`), 'nothing was built')
+    await docker(t, ['build', '--network', 'none', '-t', `${BK}:1`, ctx], { cli: CLI20, env: { DOCKER_BUILDKIT: '0' } })
     t.equal(await docker(t, ['run', '--rm', `${BK}:1`]), 'built with buildkit\n')
   }],
   ['image tag', async (t) => {

@@ -13,7 +13,10 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI20, CLI28, engine, POLICIES, run, uniqueName, waitUntil } from './helpers/gateway'
+import { CLI20, CLI28, engine, policiesWithBuildKit, run, uniqueName, waitUntil } from './helpers/gateway'
+
+// Tenants may build with BuildKit here (tenancy.yaml builds.buildkit): the session's authentication is under test.
+const BUILDKIT_POLICIES = policiesWithBuildKit()
 
 type LogLine = Record<string, unknown>
 
@@ -75,7 +78,7 @@ upstream: unix://${engine().socket}
 auth:
   jwt: { jwksFile: ${jwks}, issuer: https://auth.example, audience: portcullis }
   mtls: { subject: CN, tenant: O, roles: OU }
-policy: { dir: ${POLICIES} }
+policy: { dir: ${BUILDKIT_POLICIES} }
 audit: { file: ${dir}/audit.jsonl }
 log: { level: info }
 shutdown: { graceSeconds: 2 }

@@ -70,11 +70,17 @@ t.test('tenancy.yaml: defaults, every problem reported, quotas per tenant over t
   t.notOk(registryAllowed(s, 'docker.io'))
   t.notOk(registryAllowed(s, '127.0.0.1.evil.example:5000'), 'a wildcard is anchored: no suffix tricks')
   t.ok(registryAllowed(DEFAULT_TENANCY, 'docker.io'))
+  t.equal(s.builds.buildkit, false, 'BuildKit builds are refused for tenants unless allowed')
   t.equal(parseBytes('512MiB'), 512 * 1024 ** 2)
   t.equal(parseBytes('1.5g'), 1.5 * 1024 ** 3)
   t.equal(parseBytes('lots'), null)
 
-  fs.writeFileSync(file, 'imageNamespace: shared\nregistries: { tenantCredentials: maybe }\nquotas: { default: { memory: lots, cpus: -1, pods: 3 } }\nsurprise: 1\n')
+  fs.writeFileSync(file, 'builds: { buildkit: true }\n')
+  const allowed: string[] = []
+  t.equal(compileTenancy(file, 'tenancy.yaml', allowed).builds.buildkit, true, 'builds.buildkit: true allows them')
+  t.same(allowed, [])
+
+  fs.writeFileSync(file, 'imageNamespace: shared\nregistries: { tenantCredentials: maybe }\nquotas: { default: { memory: lots, cpus: -1, pods: 3 } }\nbuilds: { buildkit: yes please }\nsurprise: 1\n')
   const bad: string[] = []
   compileTenancy(file, 'tenancy.yaml', bad)
   t.same(bad.sort(), [
@@ -84,6 +90,7 @@ t.test('tenancy.yaml: defaults, every problem reported, quotas per tenant over t
     'tenancy.yaml: quotas.default.memory: expected bytes (e.g. 32GiB, 512MiB or a number), got "lots"',
     'tenancy.yaml: quotas.default.pods: unknown key',
     'tenancy.yaml: registries.tenantCredentials: expected strip or allow',
+    'tenancy.yaml: builds.buildkit: expected true or false',
   ].sort())
 })
 

@@ -34,6 +34,12 @@ export interface TenancySettings {
   readonly registries: { readonly allowed: readonly string[], readonly tenantCredentials: 'strip' | 'allow' }
   readonly infoHide: readonly string[]
   readonly quotas: { readonly default: Quota, readonly tenants: Readonly<Record<string, Quota>> }
+  /**
+   * BuildKit builds by tenants: their Dockerfile travels over the session, where the
+   * gateway cannot read it (the classic builder's context is inspected), so they are
+   * refused unless the operator allows them.
+   */
+  readonly builds: { readonly buildkit: boolean }
 }
 
 export const DEFAULT_INFO_HIDE = Object.freeze([
@@ -47,9 +53,10 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   registries: Object.freeze({ allowed: Object.freeze(['docker.io']), tenantCredentials: 'strip' as const }),
   infoHide: DEFAULT_INFO_HIDE,
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
+  builds: Object.freeze({ buildkit: false }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds']
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
 const UNITS: Record<string, number> = { '': 1, b: 1, k: 1024, kb: 1024, kib: 1024, m: 1024 ** 2, mb: 1024 ** 2, mib: 1024 ** 2, g: 1024 ** 3, gb: 1024 ** 3, gib: 1024 ** 3, t: 1024 ** 4, tb: 1024 ** 4, tib: 1024 ** 4 }
 
@@ -141,7 +148,15 @@ export function compileTenancy (file: string, name: string, problems: string[]):
       quotas = Object.freeze({ default: q.default === undefined ? {} : quota(q.default, `${name}: quotas.default`, problems), tenants: Object.freeze(tenants) })
     }
   }
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas })
+  let builds = DEFAULT_TENANCY.builds
+  if (m.builds !== undefined) {
+    const b = mapping(m.builds, `${name}: builds`, ['buildkit'], problems)
+    if (b && b.buildkit !== undefined) {
+      if (typeof b.buildkit === 'boolean') builds = Object.freeze({ buildkit: b.buildkit })
+      else problems.push(`${name}: builds.buildkit: expected true or false`)
+    }
+  }
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds })
 }
 
 /** The tenant's quota: its own entry's limits over the default's. */

@@ -158,16 +158,27 @@ export async function request (socketPath: string, method: string, target: strin
   })
 }
 
-/** A copy of the shipped policies whose tenancy.yaml gives `tenant` the quota `quota` (YAML flow mapping); removed at exit. */
-export function policiesWithQuota (tenant: string, quota: string): string {
+/** A copy of the shipped policies with `edit` applied to its tenancy.yaml; removed at exit. */
+export function policiesWith (edit: (tenancyYaml: string) => string): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcq-'))
   process.once('exit', () => fs.rmSync(dir, { recursive: true, force: true }))
   fs.cpSync(POLICIES, dir, { recursive: true })
   const file = path.join(dir, 'tenancy.yaml')
-  const text = fs.readFileSync(file, 'utf8')
-  if (!/^ {2}tenants: \{\}$/m.test(text)) throw new Error('the shipped tenancy.yaml has per-tenant quotas already')
-  fs.writeFileSync(file, text.replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${tenant}: ${quota}`))
+  const before = fs.readFileSync(file, 'utf8')
+  const after = edit(before)
+  if (after === before) throw new Error('the edit changed nothing in the shipped tenancy.yaml')
+  fs.writeFileSync(file, after)
   return dir
+}
+
+/** A copy of the shipped policies whose tenancy.yaml gives `tenant` the quota `quota` (YAML flow mapping). */
+export function policiesWithQuota (tenant: string, quota: string): string {
+  return policiesWith((text) => text.replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${tenant}: ${quota}`))
+}
+
+/** A copy of the shipped policies that lets tenants build with BuildKit (tenancy.yaml builds.buildkit). */
+export function policiesWithBuildKit (): string {
+  return policiesWith((text) => text.replace(/^ {2}buildkit: false$/m, '  buildkit: true'))
 }
 
 /** A tar archive of small regular files (a root filesystem, a build context). */

@@ -483,6 +483,9 @@ const imageBuild: Handler = async (call) => {
   if (remote !== '' && remote !== 'client-session') {
     throw refuse('build-remote', 'building from a remote context makes the engine fetch it: not available to tenants (send the context in the body)')
   }
+  if ((remote === 'client-session' || call.query.get('version') === '2') && !call.settings.builds.buildkit) {
+    throw refuse('build-buildkit', 'a BuildKit build carries its Dockerfile over the session, where the gateway cannot check it: not available to tenants unless tenancy.yaml allows it (builds.buildkit); build with the classic builder (DOCKER_BUILDKIT=0)')
+  }
   // The classic builder reads the Dockerfile from the context in the body: read as it
   // streams, and judged before the engine has the whole context (build.ts). A BuildKit
   // build (remote=client-session) fetches its Dockerfile over the session instead.
@@ -996,7 +999,10 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ConfigUpdate: swarmUpdate('config'),
   // Distribution and BuildKit
   DistributionInspect: distributionInspect,
-  Session: open,
+  // The session only serves the build it belongs to; the build itself is judged above.
+  Session: async (call) => {
+    if (!call.settings.builds.buildkit) throw refuse('build-buildkit', 'BuildKit sessions are not available to tenants unless tenancy.yaml allows them (builds.buildkit)')
+  },
   Grpc: denied('no-buildkit-grpc', 'BuildKit\'s direct gRPC control (buildx) names images and outputs the gateway cannot inspect; use docker build'),
   // Podman's own API (libpod.ts), scoped with the same building blocks
   ...libpodHandlers({ own, owned, denied, open, labelFiltered, keepOwn, hidden, hideAll, stamp, nameFree, nameTaken, ownOrSharedNetwork, networkRef, mustBeInNamespace, registryAuth, volumePrune }),
