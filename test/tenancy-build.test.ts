@@ -126,3 +126,22 @@ t.test('a build from the shared catalog goes through and is B\'s: raw, gzip, -f,
   t.not(refused.code, 0, 'docker build FROM A\'s image fails')
   t.match(refused.stderr, `No such image: ${A_IMAGE}`)
 })
+
+t.test('a build\'s intermediate images (unlabelled, unnamed) are nobody\'s to see but an admin\'s', async (t) => {
+  const tag = `${TB}/cli:1`
+  const final = (await direct('GET', `/images/${tag}/json`)).json
+  t.ok(final?.Parent, 'the classic builder left the final image a parent (the COPY step)')
+  const parent = (await direct('GET', `/images/${String(final.Parent)}/json`)).json
+  t.same([parent.RepoTags, parent.Config?.Labels?.['io.portcullis.tenant']], [[], undefined], 'the intermediate image carries no name and no owner label')
+  for (const who of ['a', 'b'] as const) {
+    const inspect = await as(who, 'GET', `/v1.41/images/${String(final.Parent)}/json`)
+    t.equal(inspect.status, 404, `${who}: the intermediate image is missing`)
+    const all = await as(who, 'GET', '/v1.41/images/json?all=1')
+    t.notOk((all.json as any[]).some((i) => i.Id === final.Parent), `${who}: not in images -a`)
+    const run = await as(who, 'POST', `/v1.41/containers/create?name=bld-${RUN}-${who}-mid`, { Image: String(final.Parent), Cmd: ['cat', '/hello.txt'] })
+    t.equal(run.status, 404, `${who}: no container from it`)
+  }
+  t.equal((await direct('GET', `/images/${String(final.Parent)}/json`)).status, 200, 'the engine still has it (its builds use it)')
+  const shared = await as('a', 'GET', `/v1.41/images/${IMAGE}/json`)
+  t.equal(shared.status, 200, 'a named image of the shared catalog is still visible')
+})

@@ -13,7 +13,7 @@ import { GatewayError } from '../errors'
 import { list, missing, num, refuse, str, type Call } from './call'
 import { checkQuota, checkVolumeQuota } from './quota'
 import { inNamespace, looksLikeImageId, parseImageRef } from './images'
-import { isPredefinedNetwork, ownerOf, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
+import { catalogued, isPredefinedNetwork, ownerOf, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
 import type { Found, Handler, LabelsAt, Resolvable } from './operations'
 import { podmanNoPod } from './podman'
 import { filterEvents } from './responses'
@@ -209,7 +209,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
   }
 
   const imageList: Handler = async (call) => {
-    call.respond = { kind: 'json', transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))).map((i) => b.hideAll(i, [IMAGE_LIST])) }
+    call.respond = { kind: 'json', transform: (body) => list(body).filter((i: any) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i))).map((i) => b.hideAll(i, [IMAGE_LIST])) }
   }
 
   /**

@@ -41,6 +41,17 @@ export function isPredefinedNetwork (name: unknown, engine: EngineKind): boolean
   return typeof name === 'string' && (PREDEFINED_NETWORKS.has(name) || (engine === 'podman' && name === PODMAN_DEFAULT_NETWORK))
 }
 
+/**
+ * An image of the shared catalog has a name: a tag or a digest it was pulled, imported or
+ * tagged by. One without owner labels and without any name is another build's
+ * intermediate step (the classic builder labels only the last one) or a dangling image:
+ * it holds whatever that build copied in, so it is nobody's to see but an admin's.
+ */
+export function catalogued (image: { RepoTags?: unknown, RepoDigests?: unknown } | null | undefined): boolean {
+  const named = (v: unknown, none: string): boolean => Array.isArray(v) && v.some((x) => typeof x === 'string' && x !== '' && x !== none)
+  return named(image?.RepoTags, '<none>:<none>') || named(image?.RepoDigests, '<none>@<none>')
+}
+
 export function ownerOf (labels: Labels): string | null {
   const v = labels?.[TENANT_LABEL]
   return typeof v === 'string' ? v : null
@@ -458,7 +469,7 @@ export class Resolver {
     if (r.status !== 200) return { state: 'missing' }
     const owner = ownerOf(r.body?.Config?.Labels)
     if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }
-    if (owner === null) return { state: 'shared', id: String(r.body?.Id) }
+    if (owner === null && catalogued(r.body)) return { state: 'shared', id: String(r.body?.Id) }
     return { state: 'foreign' }
   }
 

@@ -18,7 +18,7 @@ import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
-import { isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
+import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 import { libpodHandlers } from './libpod'
@@ -550,7 +550,7 @@ const imageList: Handler = async (call) => {
   ownerTermsOnly(call)
   call.respond = {
     kind: 'json',
-    transform: (body) => list(body).filter((i: any) => [null, call.tenant].includes(ownerOf(i?.Labels))).map((i) => hideAll(i, [IMAGE_LABELS])),
+    transform: (body) => list(body).filter((i: any) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i))).map((i) => hideAll(i, [IMAGE_LABELS])),
   }
 }
 
