@@ -448,7 +448,7 @@ interface Proc {
 }
 
 /** A live (non-zombie) process; undefined if gone or a zombie. */
-function readProc(pid: number): Proc | undefined {
+export function readProc(pid: number): Proc | undefined {
   if (!(pid > 0)) return undefined;
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -498,7 +498,7 @@ async function killLeftovers(dir: string): Promise<void> {
   }
 }
 
-function signalAll(pids: number[], signal: NodeJS.Signals): void {
+export function signalAll(pids: number[], signal: NodeJS.Signals): void {
   for (const pid of pids) {
     try {
       process.kill(pid, signal);
@@ -508,7 +508,7 @@ function signalAll(pids: number[], signal: NodeJS.Signals): void {
   }
 }
 
-async function waitGone(pids: number[], timeoutMs: number): Promise<boolean> {
+export async function waitGone(pids: number[], timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (pids.some((p) => readProc(p))) {
     if (Date.now() > deadline) return false;
@@ -543,11 +543,11 @@ function unmountBelow(dir: string): void {
 
 // ---------------------------------------------------------------- helpers
 
-function sleep(ms: number): Promise<void> {
+export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-function logTail(file: string, lines: number): string {
+export function logTail(file: string, lines: number): string {
   try {
     return fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
   } catch {

@@ -19,7 +19,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { api, ensureImage, TEST_IMAGE, type EngineInfo } from './engine';
+import { api, ensureImage, logTail, readProc, signalAll, sleep, TEST_IMAGE, waitGone, type EngineInfo } from './engine';
 
 export interface PodmanInfo extends EngineInfo {
   /** Podman's own API version (`4.3.1`): the version in `/v4.3.1/libpod/...` paths. */
@@ -68,13 +68,7 @@ interface Owner {
 }
 
 function procStart(pid: number): string | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return fields[0] === 'Z' ? undefined : fields[19];
-  } catch {
-    return undefined;
-  }
+  return readProc(pid)?.start;
 }
 
 function writeOwner(dir: string, service: number): void {
@@ -186,8 +180,8 @@ export async function stopPodman(pi: PodmanInfo): Promise<void> {
   if (!dir.startsWith(DIR_PREFIX)) throw new Error(`not a Podman test directory: ${dir}`);
   if (pi.pid > 0 && mentions(pi.pid, dir)) {
     await emptyPodman(pi).catch((err) => console.error(`# Podman cleanup via API failed: ${(err as Error).message}`));
-    signal([pi.pid], 'SIGTERM');
-    if (!(await waitGone([pi.pid], TERM_TIMEOUT_MS))) signal([pi.pid], 'SIGKILL');
+    signalAll([pi.pid], 'SIGTERM');
+    if (!(await waitGone([pi.pid], TERM_TIMEOUT_MS))) signalAll([pi.pid], 'SIGKILL');
   }
   await killLeftovers(dir);
   // The service's mounts lived in its own namespace, gone with its last process.
@@ -235,42 +229,12 @@ async function killLeftovers(dir: string): Promise<void> {
     for (const p of pids) if (victims.has(ppidOf(p))) victims.add(p);
   }
   const all = [...victims];
-  signal(all, 'SIGTERM');
+  signalAll(all, 'SIGTERM');
   if (await waitGone(all, KILL_TIMEOUT_MS)) return;
-  signal(all, 'SIGKILL');
+  signalAll(all, 'SIGKILL');
   if (!(await waitGone(all, KILL_TIMEOUT_MS))) throw new Error(`Podman processes of ${dir} survived SIGKILL: ${all.filter((p) => procStart(p)).join(' ')}`);
 }
 
-function signal(pids: number[], sig: NodeJS.Signals): void {
-  for (const pid of pids) {
-    try {
-      process.kill(pid, sig);
-    } catch {
-      // already gone
-    }
-  }
-}
-
-async function waitGone(pids: number[], timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  while (pids.some((p) => procStart(p) !== undefined)) {
-    if (Date.now() > deadline) return false;
-    await sleep(100);
-  }
-  return true;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-function logTail(file: string, lines: number): string {
-  try {
-    return fs.readFileSync(file, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
-  } catch {
-    return '(no log)';
-  }
-}
 
 // ---------------------------------------------------------------- development
 
