@@ -10,9 +10,9 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { resolveTarget } from '../src/gateway/catalog/route'
+import { resolveTarget } from '../src/api/catalog/route'
 import { authorize } from '../src/policy/authorize'
-import { decodeBody } from '../src/policy/body/decode'
+import { decodeBody } from '../src/api/body/decode'
 import { loadPolicy } from '../src/policy/engine'
 
 const REPO = path.resolve(__dirname, '..', '..')

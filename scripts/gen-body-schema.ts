@@ -1,8 +1,8 @@
 /**
- * Generates src/policy/body/engine-schema.json: for every Engine API operation whose
+ * Generates src/api/body/engine-schema.json: for every Engine API operation whose
  * request body is JSON, the shape of that body as the engine's Go decoder sees it, the
  * UNION over the spec versions the gateway supports (engine-api-v1.41.yaml and
- * engine-api-v1.56.yaml in spec/). src/policy/body/decode.ts uses it to know,
+ * engine-api-v1.56.yaml in spec/). src/api/body/decode.ts uses it to know,
  * for every object in a body, whether it is a Go struct (field names matched
  * case-insensitively, canonical spelling known) or a map (keys exact).
  *
@@ -54,7 +54,7 @@ export const SPEC_FILES: readonly string[] = ['engine-api-v1.41.yaml', 'engine-a
 
 const repoRoot = path.resolve(__dirname, '..', '..')
 export const DEFAULT_SPEC_DIR = path.resolve(repoRoot, 'spec')
-export const SCHEMA_PATH = path.join(repoRoot, 'src', 'policy', 'body', 'engine-schema.json')
+export const SCHEMA_PATH = path.join(repoRoot, 'src', 'api', 'body', 'engine-schema.json')
 
 const ANY: Tree = Object.freeze({ t: 'any' })
 const METHODS = new Set(['get', 'head', 'post', 'put', 'delete', 'patch', 'options'])

@@ -422,8 +422,8 @@ t.test('a stop between writing and sealing: verify says so; a restart seals and 
 })
 
 t.test('inputFromContext: a RequestContext as an AuditInput', async (t) => {
-  const { inputFromContext } = await import('../src/audit')
-  const { resolveTarget } = await import('../src/gateway/catalog/route')
+  const { inputFromContext } = await import('../src/gateway/audit-input')
+  const { resolveTarget } = await import('../src/api/catalog/route')
   const target = resolveTarget('POST', '/v1.41/containers/create?name=web', { minVersion: '1.24', maxVersion: '1.56' })
   const ctx = {
     id: 'r1', listener: 'unix:/s', remote: '127.0.0.1', method: 'POST', url: '/v1.41/containers/create?name=web', startedAt: performance.now() - 5,

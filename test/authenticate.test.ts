@@ -11,7 +11,7 @@ import jwt from 'jsonwebtoken'
 import t from 'tap'
 import { parseConfig, type Config, type ListenerConfig } from '../src/config'
 import { ANONYMOUS, createAuthenticator, type Identity } from '../src/gateway/authenticate'
-import { isGatewayError } from '../src/gateway/errors'
+import { isGatewayError } from '../src/api/errors'
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pca-'))
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))

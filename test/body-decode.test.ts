@@ -1,4 +1,4 @@
-// JSON request bodies decoded as the engine's Go decoder reads them (src/policy/body):
+// JSON request bodies decoded as the engine's Go decoder reads them (src/api/body):
 // case-variant and duplicate keys refused, struct fields renamed to their canonical
 // spelling, map keys exact, numbers exact; a ContainerCreate body's deprecated top-level
 // host configuration resolved into HostConfig as the engine resolves it, and evaluated so by
@@ -9,12 +9,12 @@ import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import { generateBodySchema, SCHEMA_PATH, union } from '../scripts/gen-body-schema'
-import { operations } from '../src/gateway/catalog/operations'
-import { isGatewayError } from '../src/gateway/errors'
+import { operations } from '../src/api/catalog/operations'
+import { isGatewayError } from '../src/api/errors'
 import {
   JsonNumber, decodeBody, encodeBody, fieldAt, formatFieldPath, hasBodySchema, isJsonNumber, MAX_DEPTH, MAX_VALUES,
-} from '../src/policy/body/decode'
-import { bodySchemas } from '../src/policy/body/schema'
+} from '../src/api/body/decode'
+import { bodySchemas } from '../src/api/body/schema'
 import { loadPolicy } from '../src/policy/engine'
 import { check } from '../src/policy/tool'
 

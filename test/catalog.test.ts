@@ -4,8 +4,8 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
-import { operations } from '../src/gateway/catalog/operations'
-import { resolveTarget } from '../src/gateway/catalog/route'
+import { operations } from '../src/api/catalog/operations'
+import { resolveTarget } from '../src/api/catalog/route'
 
 // The spec files live in the repository (spec/README.md): a clone on its own must pass.
 const specDir = path.resolve(__dirname, '../../spec')

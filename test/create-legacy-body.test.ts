@@ -1,7 +1,7 @@
 /**
  * ContainerCreate bodies with host configuration at the top level (the engine's deprecated
  * runconfig.ContainerConfigWrapper, which docker-py still uses for `runtime=`), on the real
- * engine. The gateway resolves them as the engine does (src/policy/body/quirks.ts): without
+ * engine. The gateway resolves them as the engine does (src/api/body/quirks.ts): without
  * HostConfig the top-level fields are the host config, beside one they are ignored except
  * Memory, MemorySwap, CpuShares, CpusetCpus and VolumeDriver (copied into an empty field),
  * and Cpuset fills an empty CpusetCpus. It evaluates and forwards that result.

@@ -13,7 +13,7 @@
  * `X-Registry-Config`) have no field here and cannot leak into a record. Bodies are
  * redacted (redact.ts) before they are recorded, at level `request` only.
  */
-import { decodeBody, encodeBody } from '../policy/body/decode'
+import { decodeBody, encodeBody } from '../api/body/decode'
 import { buildInput, type Facts } from '../policy/facts'
 import { redactor } from './redact'
 

@@ -17,7 +17,7 @@ import type { ServerResponse } from 'node:http'
 import type { PolicyLine } from '../policy/engine'
 import { DatabaseError, PolicyChangeError, type PolicyStore } from '../policy/store'
 import type { RequestContext } from './context'
-import { GatewayError } from './errors'
+import { GatewayError } from '../api/errors'
 
 export type PolicyAdmin = (ctx: RequestContext, body: unknown, res: ServerResponse) => Promise<void>
 

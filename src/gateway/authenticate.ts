@@ -28,7 +28,7 @@ import {
   jwksKeyAlgorithms,
   parseJwks,
 } from '../config/jwt-keys'
-import { GatewayError } from './errors'
+import { GatewayError } from '../api/errors'
 
 export interface Identity {
   readonly subject: string

@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
-import { GatewayError } from './errors'
+import { GatewayError } from '../api/errors'
 
 function tooLarge (limit: number): GatewayError {
   return new GatewayError('BODY_TOO_LARGE', `request body exceeds the gateway's limit of ${limit} bytes`)

@@ -3,14 +3,13 @@
  * and later the audit record and metrics, are written from it when the request ends.
  */
 import { randomUUID } from 'node:crypto'
-import { Transform, type TransformCallback } from 'node:stream'
 import type { Identity } from './authenticate'
-import type { Target } from './catalog/route'
+import type { Target } from '../api/catalog/route'
 import type { Decision } from '../policy/engine'
 import type { PolicyInput } from '../policy/facts'
 import type { AppliedRewrite } from '../policy/rewrite'
-import type { GatewayError } from './errors'
-import type { BodyFilter, LocalAnswer, ResponseFilter } from './tenancy'
+import type { GatewayError } from '../api/errors'
+import type { BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
 
 export interface RequestContext {
   readonly id: string
@@ -71,43 +70,4 @@ export function newContext (listener: string, remote: string, method: string, ur
 
 export function elapsedMs (ctx: RequestContext): number {
   return Math.round((performance.now() - ctx.startedAt) * 1000) / 1000
-}
-
-/**
- * A pass-through stream that adds the bytes it carries to a counter, and runs
- * `beforeEnd` once all bytes have arrived but before the answer is complete. For a
- * body of known `length` the chunk that completes it is held back until `beforeEnd`
- * has run (the client would otherwise hold a complete answer); for a chunked or
- * close-delimited body the end itself is what completes the answer.
- */
-export function counter (add: (n: number) => void, beforeEnd?: () => void, length?: number): Transform {
-  let seen = 0
-  let held: Buffer | null = null
-  return new Transform({
-    transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
-      add(chunk.length)
-      seen += chunk.length
-      if (beforeEnd && length !== undefined && seen >= length) {
-        held = chunk
-        cb()
-      } else {
-        cb(null, chunk)
-      }
-    },
-    flush (cb: TransformCallback) {
-      try {
-        beforeEnd?.()
-        cb(null, held ?? undefined)
-      } catch (err) {
-        cb(err as Error)
-      }
-    },
-  })
-}
-
-/** The body length an answer declares, if it declares one. */
-export function declaredLength (headers: Record<string, string | string[] | undefined>): number | undefined {
-  const v = headers['content-length']
-  const n = typeof v === 'string' ? Number(v) : NaN
-  return Number.isSafeInteger(n) && n >= 0 ? n : undefined
 }

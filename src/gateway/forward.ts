@@ -9,12 +9,13 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
 import { Readable } from 'node:stream'
 import { hasBody, jsonLines } from './body'
-import { counter, declaredLength, type RequestContext } from './context'
-import { GatewayError } from './errors'
+import type { RequestContext } from './context'
+import { counter, declaredLength } from './streams'
+import { GatewayError } from '../api/errors'
 import { endToEnd, type HeaderMap } from './headers'
-import type { Upstream } from './upstream'
-import type { BodyFilter, LocalAnswer, ResponseFilter } from './tenancy'
-import { decodeJson, encodeBody } from '../policy/body/decode'
+import { upstreamError, type Upstream } from './upstream'
+import type { BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
+import { decodeJson, encodeBody } from '../api/body/decode'
 
 /** Request headers the gateway consumes and never passes on. */
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
@@ -27,31 +28,6 @@ export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContex
   // A filtered body has a length of its own: sent chunked.
   else if (req.headers['content-length'] !== undefined && hasBody(req) && !ctx.bodyFilter) headers['content-length'] = req.headers['content-length']
   return headers
-}
-
-/** Map a failure to reach or hear from the engine onto the error catalogue. */
-/** What each connection error means, for someone who has just started the gateway. */
-const UNREACHABLE: Record<string, string> = {
-  ENOENT: 'no socket there: is the engine running? The gateway forwards to --upstream, else the config file\'s upstream, else DOCKER_HOST',
-  ECONNREFUSED: 'connection refused: is the engine running and listening there?',
-  EACCES: 'permission denied: the gateway\'s user may not open the engine\'s socket',
-  EHOSTUNREACH: 'host unreachable',
-  ENETUNREACH: 'network unreachable',
-  ENOTFOUND: 'unknown host',
-  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
-}
-
-export function upstreamError (err: unknown, upstreamUrl: string): GatewayError {
-  const e = err as { code?: string, message?: string }
-  const code = e.code ?? ''
-  const why = UNREACHABLE[code]
-  if (why !== undefined) {
-    return new GatewayError('UPSTREAM_UNREACHABLE', `cannot reach the Docker engine at ${upstreamUrl}: ${code} (${why})`, { cause: err })
-  }
-  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
-    return new GatewayError('UPSTREAM_TIMEOUT', `the Docker engine at ${upstreamUrl} did not answer in time`, { cause: err })
-  }
-  return new GatewayError('UPSTREAM_FAILED', `the Docker engine at ${upstreamUrl} failed the request: ${code || 'connection error'}`, { cause: err })
 }
 
 export async function forward (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream): Promise<void> {

@@ -2,7 +2,7 @@
  * Header handling in one place: duplicate detection and hop-by-hop stripping
  * (RFC 9110 §7.6.1: `Connection` and every header it names, plus the fixed list below).
  */
-import { GatewayError } from './errors'
+import { GatewayError } from '../api/errors'
 
 export type HeaderMap = Record<string, string | string[]>
 

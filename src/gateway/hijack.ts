@@ -14,11 +14,12 @@
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Socket } from 'node:net'
-import { counter, declaredLength, type RequestContext } from './context'
-import { GatewayError, renderError } from './errors'
+import type { RequestContext } from './context'
+import { counter, declaredLength } from './streams'
+import { GatewayError, renderError } from '../api/errors'
 import { endToEnd, serializeHead, type HeaderMap } from './headers'
-import { upstreamError, upstreamRequestHeaders } from './forward'
-import type { Upstream } from './upstream'
+import { upstreamRequestHeaders } from './forward'
+import { upstreamError, type Upstream } from './upstream'
 
 /** The client side of a hijack: either a socket handed over by Node's `upgrade` event, or an ordinary request/response pair. */
 export type HijackClient =

@@ -11,7 +11,7 @@ import net from 'node:net'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { ListenerConfig } from '../config'
 import { newContext } from './context'
-import { GatewayError, renderError } from './errors'
+import { GatewayError, renderError } from '../api/errors'
 import { handleRequest, handleUpgrade, type GatewayDeps } from './pipeline'
 
 export interface Listening {

@@ -10,7 +10,7 @@ import net from 'node:net'
 import https from 'node:https'
 import { Pool } from 'undici'
 import type { UpstreamConfig } from '../config'
-import { upstreamError } from './forward'
+import { GatewayError } from '../api/errors'
 
 export interface Upstream {
   readonly url: string
@@ -99,4 +99,29 @@ export async function execInfo (upstream: Upstream, execId: string): Promise<{ c
   } catch {
     return null
   }
+}
+
+/** What each connection error means, for someone who has just started the gateway. */
+const UNREACHABLE: Record<string, string> = {
+  ENOENT: 'no socket there: is the engine running? The gateway forwards to --upstream, else the config file\'s upstream, else DOCKER_HOST',
+  ECONNREFUSED: 'connection refused: is the engine running and listening there?',
+  EACCES: 'permission denied: the gateway\'s user may not open the engine\'s socket',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  ENOTFOUND: 'unknown host',
+  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
+}
+
+/** Map a failure to reach or hear from the engine onto the error catalogue. */
+export function upstreamError (err: unknown, upstreamUrl: string): GatewayError {
+  const e = err as { code?: string, message?: string }
+  const code = e.code ?? ''
+  const why = UNREACHABLE[code]
+  if (why !== undefined) {
+    return new GatewayError('UPSTREAM_UNREACHABLE', `cannot reach the Docker engine at ${upstreamUrl}: ${code} (${why})`, { cause: err })
+  }
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') {
+    return new GatewayError('UPSTREAM_TIMEOUT', `the Docker engine at ${upstreamUrl} did not answer in time`, { cause: err })
+  }
+  return new GatewayError('UPSTREAM_FAILED', `the Docker engine at ${upstreamUrl} failed the request: ${code || 'connection error'}`, { cause: err })
 }

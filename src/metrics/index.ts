@@ -8,7 +8,7 @@
  * image names and the like never become labels. docs/metrics.md lists every series.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { operations } from '../gateway/catalog/operations'
+import { operations } from '../api/catalog/operations'
 
 export const PREFIX = 'portcullis_'
 

@@ -4,8 +4,8 @@
  * Shared by the gateway's pipeline and by `portcullis policy check/test`, so the
  * tools judge requests exactly as the gateway does.
  */
-import type { Target } from '../gateway/catalog/route'
-import { decodeBody, encodeBody } from './body/decode'
+import type { Target } from '../api/catalog/route'
+import { decodeBody, encodeBody } from '../api/body/decode'
 import type { Evaluation, LayerTrace, Policy, Principal, RuleRef } from './engine'
 import { describeReason } from './explain'
 

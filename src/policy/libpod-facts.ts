@@ -1,5 +1,5 @@
 /**
- * Podman's own API (src/gateway/catalog/libpod.ts) in the policy's facts: a
+ * Podman's own API (src/api/catalog/libpod.ts) in the policy's facts: a
  * SpecGenerator (`POST /libpod/containers/create`) and the other libpod bodies say
  * the same things as a Docker ContainerCreate in other words, and the same rules
  * (no-privileged, host-binds, capabilities, no-host-namespaces...) judge them.
@@ -12,7 +12,7 @@
  * than bind and tmpfs are host volumes. Tenants are further limited to the fields
  * the gateway knows (src/gateway/tenancy/libpod.ts).
  */
-import { capability, localVolume, normalizeHostPath, securityOption, type Facts } from './facts'
+import { capability, localVolume, normalizeHostPath, securityOption, type Facts } from './fields'
 
 type Json = Record<string, unknown>
 const obj = (v: unknown): Json => (v !== null && typeof v === 'object' && !Array.isArray(v) ? v as Json : {})

@@ -16,8 +16,8 @@
  */
 import fs from 'node:fs'
 import { parse as parseYaml } from 'yaml'
-import { operations } from '../gateway/catalog/operations'
-import { isJsonNumber } from './body/number'
+import { operations } from '../api/catalog/operations'
+import { isJsonNumber } from '../api/body/number'
 
 export interface PatchOp { readonly op: 'add' | 'replace', readonly path: string, readonly value: unknown }
 export interface AppliedRewrite { readonly id: string, readonly patch: readonly PatchOp[] }

@@ -20,7 +20,7 @@ import { randomBytes } from 'node:crypto'
 import net from 'node:net'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { operations, type Operation } from '../../src/gateway/catalog/operations'
+import { operations, type Operation } from '../../src/api/catalog/operations'
 import { TEST_IMAGE, type EngineInfo } from '../engine/engine'
 import { dechunk, engine as plainEngine, startTestGateway, swarmEngine, tarOf, uniqueName, type TestGateway } from './gateway'
 

@@ -35,8 +35,8 @@ import path from 'node:path'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { createGunzip } from 'node:zlib'
-import { decodeBody, encodeBody, isJsonNumber } from '../../policy/body/decode'
-import { GatewayError } from '../errors'
+import { decodeBody, encodeBody, isJsonNumber } from '../../api/body/decode'
+import { GatewayError } from '../../api/errors'
 import type { BodyFilter } from './call'
 
 export interface ArchiveScope {

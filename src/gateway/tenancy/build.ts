@@ -18,7 +18,7 @@
 import { once } from 'node:events'
 import { PassThrough } from 'node:stream'
 import { DockerfileParser, type Instruction } from 'dockerfile-ast'
-import { GatewayError } from '../errors'
+import { GatewayError } from '../../api/errors'
 import { BLOCK, Bytes, cleanName, cstr, decompressed, isZero, padding, parseHeader, parsePax } from './archive'
 import type { BodyFilter } from './call'
 import { mayBeOwnerLabel } from './dockerfile'

@@ -3,41 +3,35 @@
  * request is forwarded (path parameters, query, decoded body, registry headers) and
  * how the answer is to be filtered. Handlers in operations.ts fill it in.
  */
-import type { Operation } from '../catalog/operations'
-import { GatewayError } from '../errors'
+import type { Operation } from '../../api/catalog/operations'
+import { GatewayError } from '../../api/errors'
 import type { TenancySettings } from '../../policy/tenancy'
-import { isJsonNumber } from '../../policy/body/number'
+import { isJsonNumber } from '../../api/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
 import type { Credentials } from './credentials'
-import type { ObjectKind, Resolver } from './lookup'
+import type { ObjectKind, Resolution, Resolver } from './lookup'
 import { familiar, parseImageRef } from './images'
+import type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 
-/** How the engine's answer is filtered for a tenant. */
-export type ResponseFilter =
-  /**
-   * A JSON answer (2xx only), read whole, transformed and re-serialized with every number
-   * as the engine wrote it (forward.ts narrowJson), or sent as the engine's own bytes
-   * when the transform changed nothing.
-   */
-  | { readonly kind: 'json', transform (body: any): Promise<unknown> | unknown }
-  /** A stream of JSON lines (events): each kept or dropped, in order. */
-  | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
-
-/**
- * A streamed request body rewritten on its way to the engine (an image archive): the
- * client's bytes in, the bytes to forward out. A GatewayError thrown while it runs
- * refuses the request; the engine's upload is cut short, so it acts on nothing.
- */
-export type BodyFilter = (source: AsyncIterable<Buffer>) => AsyncIterable<Buffer>
-
-/** An answer the gateway gives itself, in the engine's shape; nothing is forwarded. */
-export interface LocalAnswer { readonly status: number, readonly body: unknown }
+export type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 
 /** Readers of decoded bodies and engine answers, for the handlers. */
 export const str = (v: unknown): string => (typeof v === 'string' ? v : isJsonNumber(v) ? String(v) : '')
 export const list = (v: unknown): any[] => (Array.isArray(v) ? v : [])
 /** A positive finite number, else 0 (Go's zero value: not set). */
 export const num = (v: unknown): number => { const n = Number(v ?? 0); return Number.isFinite(n) && n > 0 ? n : 0 }
+
+/** A tenancy handler: checks and scopes one operation's call (operations.ts, libpod.ts). */
+export type Handler = (call: Call) => Promise<void>
+
+/** The kinds a reference can name, resolved over all objects (lookup.ts); images have rules of their own. */
+export type Resolvable = Exclude<ObjectKind, 'image'>
+
+/** A reference the engine resolves to an object: the tenant's own, or shared. */
+export type Found = Exclude<Resolution, { state: 'missing' }>
+
+/** Where an object's labels are in a list or inspect answer, and what the engine shows for none. */
+export interface LabelsAt { readonly path: readonly string[], readonly empty: Record<string, never> | null }
 
 export class Call {
   readonly params: Record<string, string>

@@ -4,7 +4,7 @@
  * (`{"label":{"a=b":true}}`). The gateway parses it, adds its own terms, and sends
  * its own canonical serialization, so the engine filters by exactly what was checked.
  */
-import { GatewayError } from '../errors'
+import { GatewayError } from '../../api/errors'
 
 export type Filters = Map<string, Set<string>>
 

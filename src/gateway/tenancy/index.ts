@@ -7,10 +7,10 @@
  */
 import type { Logger } from 'pino'
 import type { Identity } from '../authenticate'
-import type { Target } from '../catalog/route'
+import type { Target } from '../../api/catalog/route'
 import type { TenancySettings } from '../../policy/tenancy'
 import type { PatchOp } from '../../policy/rewrite'
-import { GatewayError } from '../errors'
+import { GatewayError } from '../../api/errors'
 import type { Upstream } from '../upstream'
 import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
 import { Credentials } from './credentials'

@@ -1,5 +1,5 @@
 /**
- * What Podman's own API (src/gateway/catalog/libpod.ts) means for a tenant. A core
+ * What Podman's own API (src/api/catalog/libpod.ts) means for a tenant. A core
  * set is scoped exactly like its Docker-compatible counterpart: containers, exec,
  * images, volumes, networks, ping, version and events. Everything else (pods, secrets,
  * Kubernetes YAML, systemd units, checkpoints, mounts, image builds, loads, pushes,
@@ -9,12 +9,11 @@
  * The building blocks are operations.ts's, handed in by it (a function rather than an
  * import, so that the two modules do not load each other).
  */
-import { GatewayError } from '../errors'
-import { list, missing, num, refuse, str, type Call } from './call'
+import { GatewayError } from '../../api/errors'
+import { list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { checkQuota, checkVolumeQuota } from './quota'
 import { inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { catalogued, isPredefinedNetwork, ownerOf, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
-import type { Found, Handler, LabelsAt, Resolvable } from './operations'
 import { podmanNoPod } from './podman'
 import { filterEvents } from './responses'
 

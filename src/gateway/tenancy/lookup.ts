@@ -12,16 +12,17 @@
  */
 import type { Logger } from 'pino'
 import { jsonLines } from '../body'
-import { GatewayError } from '../errors'
-import { upstreamError } from '../forward'
+import { GatewayError } from '../../api/errors'
+import { upstreamError } from '../upstream'
 import { engineJson, type Upstream } from '../upstream'
 import { serializeFilters, withLabel } from './filters'
+import type { ObjectKind } from './objects'
 import { engineKindOf, PODMAN_DEFAULT_NETWORK, type EngineKind } from './podman'
 
 export const TENANT_LABEL = 'io.portcullis.tenant'
 export const SUBJECT_LABEL = 'io.portcullis.subject'
 
-export type ObjectKind = 'container' | 'volume' | 'network' | 'exec' | 'service' | 'task' | 'secret' | 'config' | 'image'
+export type { ObjectKind } from './objects'
 
 /** What a reference names, from one tenant's point of view. */
 export type Resolution =

@@ -10,26 +10,24 @@
  * Admins (tenancy.yaml `unscopedRoles`) never reach this table.
  */
 import { registryAllowed } from '../../policy/tenancy'
-import { GatewayError } from '../errors'
+import { GatewayError } from '../../api/errors'
 import { scopeArchive } from './archive'
-import { inOrder, list, missing, num, refuse, str, type Call } from './call'
+import { inOrder, list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
-import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
+import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 import { libpodHandlers } from './libpod'
 
-export type Handler = (call: Call) => Promise<void>
+export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
 
 // ---------------------------------------------------------------------------------
 // Building blocks
-
-export type Resolvable = Exclude<ObjectKind, 'image'>
 
 async function resolve (call: Call, kind: Resolvable, ref: string): Promise<Resolution> {
   switch (kind) {
@@ -84,8 +82,6 @@ function ownerTermsOnly (call: Call): void {
   if (seen !== serializeFilters(filters)) call.setQuery('filters', seen)
 }
 
-/** Where an object's labels are in a list or inspect answer, and what the engine shows for none. */
-export interface LabelsAt { readonly path: readonly string[], readonly empty: Record<string, never> | null }
 const CONTAINER_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
 const NETWORK_LABELS: LabelsAt = { path: ['Labels'], empty: {} }
 const VOLUME_LABELS: LabelsAt = { path: ['Labels'], empty: null }
@@ -223,8 +219,6 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
   if (typeof image === 'string' && image) await visibleImage(call, image)
   return { newVolumes }
 }
-
-export type Found = Exclude<Resolution, { state: 'missing' }>
 
 /**
  * Who a process runs as is decided by the runtime from the container's own /etc/passwd

@@ -11,8 +11,8 @@
  *   must answer exactly as a missing one does, so the gateway answers as Podman would.
  */
 import type { IncomingHttpHeaders } from 'node:http'
-import type { EngineAnswer } from '../errors'
-import type { ObjectKind } from './lookup'
+import type { EngineAnswer } from '../../api/errors'
+import type { ObjectKind } from './objects'
 import { parseImageRef } from './images'
 
 export type EngineKind = 'docker' | 'podman'

@@ -2,7 +2,7 @@
  * Answers narrowed to one tenant: SystemInfo's counts and host details,
  * SystemDataUsage's objects, and the event stream.
  */
-import { isJsonNumber } from '../../policy/body/number'
+import { isJsonNumber } from '../../api/body/number'
 import { list, type Call } from './call'
 import { catalogued, isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
 import type { EngineKind } from './podman'

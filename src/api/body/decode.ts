@@ -54,15 +54,15 @@
  *   request body is not valid JSON: unexpected data after the JSON value at byte 17
  */
 import { isUtf8 } from 'node:buffer'
-import { GatewayError } from '../../gateway/errors'
+import { GatewayError } from '../errors'
 import { JsonNumber } from './number'
+import type { JsonObject, JsonValue } from './json'
 import { resolveEngineQuirks } from './quirks'
 import { ANY_NODE, bodySchemas, type BodyNode } from './schema'
 
 export { JsonNumber, isJsonNumber } from './number'
+export type { JsonObject, JsonValue } from './json'
 
-export type JsonValue = null | boolean | string | JsonNumber | JsonValue[] | JsonObject
-export interface JsonObject { [key: string]: JsonValue }
 
 export interface DecodedBody {
   /** The canonical value: a JsonValue, or `undefined` for an empty (0-byte) body. */

@@ -19,9 +19,7 @@
  * takes `/v4/`, `/v1.41/` and `/v9.9.9/` alike).
  */
 import { GatewayError } from '../errors'
-import type { Operation, ResourceKind } from './operations'
-
-type Row = [Operation['method'], string, string, ResourceKind, Partial<Omit<Operation, 'id' | 'method' | 'path' | 'kind'>>?]
+import type { Operation, Row } from './types'
 
 /** The libpod API versions the gateway understands: 4.0.0 up to (not including) 6.0.0. */
 export const LIBPOD_WINDOW = { minVersion: '4.0.0', belowVersion: '6.0.0' } as const
@@ -155,7 +153,7 @@ const rows: Row[] = [
 ]
 
 /** Catalog rows (operations.ts appends them): matched only under a libpod version; in no Engine API spec file. */
-export const libpodRows: ReadonlyArray<[Operation['method'], string, string, ResourceKind, Partial<Omit<Operation, 'id' | 'method' | 'path' | 'kind'>>]> =
+export const libpodRows: readonly Row[] =
   rows.map(([method, path, id, kind, extra]) => [method, path, id, kind, { ...extra, libpod: true, unlisted: true }])
 
 /** Podman answers these without a version in the path too. */

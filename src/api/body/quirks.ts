@@ -32,8 +32,8 @@
  * has the wrong JSON type; the gateway does not know every field's type, and dropping
  * such a field forwards a body the engine accepts, still exactly the body evaluated).
  */
-import { GatewayError } from '../../gateway/errors'
-import type { JsonObject, JsonValue } from './decode'
+import { GatewayError } from '../errors'
+import type { JsonObject, JsonValue } from './json'
 import { JsonNumber } from './number'
 import { bodySchemas, LEGACY_CPUSET } from './schema'
 

@@ -1,9 +1,9 @@
 /**
- * Convenience for the pipeline: the AuditInput of a RequestContext. Type-only
- * imports: nothing from the gateway is loaded by the audit module.
+ * The pipeline's view of a request as the audit trail's input (AuditInput).
+ * The audit module knows nothing of the gateway: it records what it is given.
  */
-import type { RequestContext } from '../gateway/context'
-import type { AuditEventKind, AuditInput } from './record'
+import type { RequestContext } from './context'
+import type { AuditEventKind, AuditInput } from '../audit'
 
 export interface ContextExtras {
   /** Default: now. */

@@ -1,5 +1,5 @@
 /**
- * Body schemas of Podman's own API (src/gateway/catalog/libpod.ts), in the tree format
+ * Body schemas of Podman's own API (src/api/catalog/libpod.ts), in the tree format
  * of engine-schema.json, written by hand from Podman 4.3's Go types: Podman decodes its
  * bodies with Go's encoding/json exactly like dockerd (field names matched ignoring
  * case, last duplicate wins), so they are decoded and canonicalized the same way.

@@ -2,7 +2,7 @@
 import { PassThrough, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import t from 'tap'
-import { counter } from '../src/gateway/context'
+import { counter } from '../src/gateway/streams'
 
 async function through (chunks: string[], beforeEnd: () => void, length?: number): Promise<{ out: string[], error: unknown }> {
   const src = new PassThrough()

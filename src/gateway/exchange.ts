@@ -1,0 +1,25 @@
+/**
+ * What a request's exchange with the engine may carry besides the bytes: the tenancy
+ * stage sets these (tenancy/), the context holds them (context.ts), forward.ts applies them.
+ */
+
+/** How the engine's answer is filtered for a tenant. */
+export type ResponseFilter =
+  /**
+   * A JSON answer (2xx only), read whole, transformed and re-serialized with every number
+   * as the engine wrote it (forward.ts narrowJson), or sent as the engine's own bytes
+   * when the transform changed nothing.
+   */
+  | { readonly kind: 'json', transform (body: any): Promise<unknown> | unknown }
+  /** A stream of JSON lines (events): each kept or dropped, in order. */
+  | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
+
+/**
+ * A streamed request body rewritten on its way to the engine (an image archive): the
+ * client's bytes in, the bytes to forward out. A GatewayError thrown while it runs
+ * refuses the request; the engine's upload is cut short, so it acts on nothing.
+ */
+export type BodyFilter = (source: AsyncIterable<Buffer>) => AsyncIterable<Buffer>
+
+/** An answer the gateway gives itself, in the engine's shape; nothing is forwarded. */
+export interface LocalAnswer { readonly status: number, readonly body: unknown }

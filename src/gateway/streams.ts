@@ -1,0 +1,41 @@
+/** Byte counting on the streams between client and engine (forward.ts, hijack.ts). */
+import { Transform, type TransformCallback } from 'node:stream'
+
+/**
+ * A pass-through stream that adds the bytes it carries to a counter, and runs
+ * `beforeEnd` once all bytes have arrived but before the answer is complete. For a
+ * body of known `length` the chunk that completes it is held back until `beforeEnd`
+ * has run (the client would otherwise hold a complete answer); for a chunked or
+ * close-delimited body the end itself is what completes the answer.
+ */
+export function counter (add: (n: number) => void, beforeEnd?: () => void, length?: number): Transform {
+  let seen = 0
+  let held: Buffer | null = null
+  return new Transform({
+    transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
+      add(chunk.length)
+      seen += chunk.length
+      if (beforeEnd && length !== undefined && seen >= length) {
+        held = chunk
+        cb()
+      } else {
+        cb(null, chunk)
+      }
+    },
+    flush (cb: TransformCallback) {
+      try {
+        beforeEnd?.()
+        cb(null, held ?? undefined)
+      } catch (err) {
+        cb(err as Error)
+      }
+    },
+  })
+}
+
+/** The body length an answer declares, if it declares one. */
+export function declaredLength (headers: Record<string, string | string[] | undefined>): number | undefined {
+  const v = headers['content-length']
+  const n = typeof v === 'string' ? Number(v) : NaN
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined
+}
