@@ -343,7 +343,7 @@ async function engineBound (ctx: Context): Promise<{ group: Group, stats: Record
   // Listing: every container on the engine is the tenant's, so all three sides list the same set.
   {
     const p = `${API}/containers/json?all=1`
-    const name = `GET /containers/json?all=1 c1`
+    const name = 'GET /containers/json?all=1 c1'
     say(`engine-bound: ${name}`)
     const counts: Partial<Record<SideName, number>> = {}
     for (const s of ctx.sides) counts[s.name] = (await onSide(s, async () => await call<unknown[]>(s.ep, 'GET', p))).length
@@ -716,7 +716,7 @@ function targets (r: Omit<Report, 'targets' | 'totalSeconds'>): Target[] {
   const worst = peaks.reduce<{ name: string, peak: number } | undefined>((a, b) => (!a || b.peak > a.peak ? b : a), undefined)
   out.push({ target: 'gateway resident memory under 150 MB whatever the stream size', measured: worst ? `worst ${fmt(mb(worst.peak), 1)} MB (${worst.name}); ${peaks.map((x) => fmt(mb(x.peak), 0)).join(' / ')} MB` : '-', met: worst ? worst.peak < settings.rssLimitBytes : null })
   const largest = r.policy.sizes[r.policy.sizes.length - 1]
-  out.push({ target: `policy: median decision under 50 µs with 10,000 lines`, measured: largest ? `${fmt(largest.decideMedianUs, 1)} µs with ${largest.lines} lines (${r.policy.sizes.map((x) => `${x.lines}: ${fmt(x.decideMedianUs, 1)}`).join(', ')} µs)` : '-', met: largest ? largest.decideMedianUs < 50 : null })
+  out.push({ target: 'policy: median decision under 50 µs with 10,000 lines', measured: largest ? `${fmt(largest.decideMedianUs, 1)} µs with ${largest.lines} lines (${r.policy.sizes.map((x) => `${x.lines}: ${fmt(x.decideMedianUs, 1)}`).join(', ')} µs)` : '-', met: largest ? largest.decideMedianUs < 50 : null })
   if (r.roundTrips.length) {
     const worst = (f: (x: RoundTrip) => boolean): RoundTrip[] => r.roundTrips.filter(f)
     const bounded = r.roundTrips.filter((x) => x.maxExtra !== null)

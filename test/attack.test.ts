@@ -401,7 +401,7 @@ const attacks: Attack[] = [
   ...([['NetworkMode', 'host'], ['NetworkMode', `container:${BOX}`], ['PidMode', 'host'], ['PidMode', `container:${BOX}`], ['IpcMode', 'host'],
     ['UTSMode', 'host'], ['UsernsMode', 'host'], ['CgroupnsMode', 'host']] as const)
     .map(([field, mode]) => forbid(`${field} ${mode}`, create({ [field]: mode }), 'no-host-namespaces')),
-  refuse('NetworkConnect to the host network', post(`/v1.41/networks/host/connect`, { Container: BOX }), 400, /host network/, { engine: true }),
+  refuse('NetworkConnect to the host network', post('/v1.41/networks/host/connect', { Container: BOX }), 400, /host network/, { engine: true }),
 
   // Confinement
   ...['seccomp=unconfined', 'seccomp:unconfined', 'apparmor=unconfined', 'label=disable', 'systempaths=unconfined']

@@ -31,7 +31,7 @@ type Rec = Omit<AuditRecord, 'v' | 'event' | 'security' | 'body'> & {
   seq: number
   event: string
   security?: Record<string, unknown>
-  body?: any // eslint-disable-line @typescript-eslint/no-explicit-any -- read back from JSON; shapes asserted per test
+  body?: any
   prev: string | null
   hash: string
 }
@@ -266,8 +266,13 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     const create = rs.filter((x) => x.operation === 'ContainerExec')
     t.equal(create.length, 1, 'one ContainerExec record')
     t.match(create[0], {
-      event: 'request', decision: 'allow', rule: { rule: 'tenant-exec-create' }, status: 201,
-      resource: { kind: 'container', id: c }, command: ['sh', '-c', 'exit 3'], security: { privileged: false, user: '65534:65534' },
+      event: 'request',
+      decision: 'allow',
+      rule: { rule: 'tenant-exec-create' },
+      status: 201,
+      resource: { kind: 'container', id: c },
+      command: ['sh', '-c', 'exit 3'],
+      security: { privileged: false, user: '65534:65534' },
     })
     t.ok(create[0].rewrites.some((w) => w.id === 'tenant-exec-user'), 'the exec user default recorded as a rewrite')
     const start = rs.filter((x) => x.operation === 'ExecStart')

@@ -120,8 +120,14 @@ t.test('a request record has every field of the schema', async (t) => {
     upstreamMs: 1.2,
     error: null,
     security: {
-      image: 'busybox', privileged: true, user: '0', hostPaths: ['/srv/portcullis/team-a/x'], capAdd: ['NET_ADMIN'], devices: 1,
-      namespaces: { network: 'host' }, securityOpt: ['seccomp=unconfined'],
+      image: 'busybox',
+      privileged: true,
+      user: '0',
+      hostPaths: ['/srv/portcullis/team-a/x'],
+      capAdd: ['NET_ADMIN'],
+      devices: 1,
+      namespaces: { network: 'host' },
+      securityOpt: ['seccomp=unconfined'],
     },
   })
   t.notOk('body' in r, 'level metadata: no body')
@@ -141,7 +147,8 @@ t.test('a request record has every field of the schema', async (t) => {
 
 t.test('exec and sessions: command, security, exit code', async (t) => {
   const exec = buildRecord({
-    ...request(3), method: 'POST',
+    ...request(3),
+    method: 'POST',
     target: { operation: 'ContainerExec', kind: 'exec', param: 'id', resource: 'web', apiVersion: '1.41' },
     body: { Cmd: ['sh', '-c', 'id'], User: 'root', Privileged: true, Env: ['TOKEN=abc'] },
   }, 'request')
@@ -426,9 +433,21 @@ t.test('inputFromContext: a RequestContext as an AuditInput', async (t) => {
   const { resolveTarget } = await import('../src/api/catalog/route')
   const target = resolveTarget('POST', '/v1.41/containers/create?name=web', { minVersion: '1.24', maxVersion: '1.56' })
   const ctx = {
-    id: 'r1', listener: 'unix:/s', remote: '127.0.0.1', method: 'POST', url: '/v1.41/containers/create?name=web', startedAt: performance.now() - 5,
-    target, identity: ALICE, decision: { decision: 'allow' as const, rule: null, wouldDeny: [], policyVersion: 'v' }, rewrites: [],
-    body: Buffer.from('{"Image":"busybox","HostConfig":{"Privileged":true}}'), status: 201, bytesIn: 50, bytesOut: 80, upstreamMs: 3,
+    id: 'r1',
+    listener: 'unix:/s',
+    remote: '127.0.0.1',
+    method: 'POST',
+    url: '/v1.41/containers/create?name=web',
+    startedAt: performance.now() - 5,
+    target,
+    identity: ALICE,
+    decision: { decision: 'allow' as const, rule: null, wouldDeny: [], policyVersion: 'v' },
+    rewrites: [],
+    body: Buffer.from('{"Image":"busybox","HostConfig":{"Privileged":true}}'),
+    status: 201,
+    bytesIn: 50,
+    bytesOut: 80,
+    upstreamMs: 3,
   }
   const r = buildRecord(inputFromContext(ctx, 'request'), 'request')
   t.match(r, { req: 'r1', operation: 'ContainerCreate', resource: { kind: 'container', name: 'web' }, apiVersion: '1.41', status: 201, security: { image: 'busybox', privileged: true }, body: { Image: 'busybox' } })
@@ -596,16 +615,27 @@ t.test('config: audit keys, defaults and messages', async (t) => {
   redactEnv: false
 `, '/etc/portcullis/c.yaml')
   t.same(c.audit, {
-    file: '/etc/portcullis/a.jsonl', level: 'request', stdout: true,
+    file: '/etc/portcullis/a.jsonl',
+    level: 'request',
+    stdout: true,
     transport: { target: 'pino-syslog', options: { appname: 'portcullis' } },
-    rotate: { maxBytes: 104857600, maxAgeSeconds: 86400 }, fsync: true, onFailure: 'open', redactEnv: false,
+    rotate: { maxBytes: 104857600, maxAgeSeconds: 86400 },
+    fsync: true,
+    onFailure: 'open',
+    redactEnv: false,
   })
   t.same(parseConfig('audit: { transport: { target: ./t.js } }\n', '/etc/p/c.yaml').audit.transport, { target: '/etc/p/t.js' }, 'relative transport paths resolve')
   const d = parseConfig('audit: {}\n', '/p/c.yaml')
   t.same(describeConfig(d)['audit'], { level: 'metadata', stdout: false, file: '/p/audit.jsonl', rotate: {}, fsync: false, onFailure: 'closed', redactEnv: true }, 'describeConfig shows the defaults')
   t.same(describeConfig(c)['audit'], {
-    level: 'request', stdout: true, file: '/etc/portcullis/a.jsonl', transport: { target: 'pino-syslog', options: ['appname: <set>'] },
-    rotate: { maxBytes: 104857600, maxAgeSeconds: 86400 }, fsync: true, onFailure: 'open', redactEnv: false,
+    level: 'request',
+    stdout: true,
+    file: '/etc/portcullis/a.jsonl',
+    transport: { target: 'pino-syslog', options: ['appname: <set>'] },
+    rotate: { maxBytes: 104857600, maxAgeSeconds: 86400 },
+    fsync: true,
+    onFailure: 'open',
+    redactEnv: false,
   }, 'transport option values are not shown')
   const problems = (yaml: string): string[] => {
     try { parseConfig(yaml, '/p/c.yaml') } catch (err) { if (err instanceof ConfigError) return err.problems; throw err }

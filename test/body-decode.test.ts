@@ -509,11 +509,13 @@ t.test('the decoded value: null-prototype objects, JsonNumbers, plain strings an
   t.equal(`${mem}`, '9223372036854775807')
   t.equal(mem.toBigInt(), 2n ** 63n - 1n, 'exact integer')
   t.ok(mem.isInteger)
+  // eslint-disable-next-line @typescript-eslint/no-loss-of-precision -- the nearest double is the point
   t.equal(Number(mem), 9223372036854775807, 'Number(): the nearest double')
   t.ok((mem as unknown as number) > 8 * 1024 ** 3, 'relational operators compare numerically')
 
   const shares = fieldAt(value, ['HostConfig', 'CpuShares']) as JsonNumber
   t.ok((shares as unknown as number) > 5 && (shares as unknown as number) <= 512)
+  // eslint-disable-next-line eqeqeq -- what == does with a JsonNumber is the point
   t.ok((shares as unknown as number) == 512, '== compares numerically')
   t.not(shares as unknown, 512, '=== does not: compare Number(x)')
   t.equal(Number(shares), 512)
@@ -544,7 +546,7 @@ t.test('encodeBody: rewritten values, exactly', async (t) => {
   t.throws(() => encodeBody({ a: () => 1 }), TypeError)
   t.throws(() => encodeBody([undefined]), TypeError)
   t.throws(() => encodeBody({ s: 'a\ud800' }), TypeError)
-  t.throws(() => encodeBody({ ['\udc00']: 1 }), TypeError)
+  t.throws(() => encodeBody({ '\udc00': 1 }), TypeError)
   const cyclic: Record<string, unknown> = {}
   cyclic.self = cyclic
   t.throws(() => encodeBody(cyclic), TypeError)

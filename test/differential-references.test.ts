@@ -27,7 +27,6 @@ const TENANT_LABEL = 'io.portcullis.tenant'
 const IMAGE = engine().image
 const TOKEN = jwt.sign({ sub: 'alice', tenant: TA, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 
-
 let gw: TestGateway
 const direct = async (method: string, path: string, body?: object): Promise<RawReply> => await request(engine().socket, method, path, body)
 const asA = async (method: string, path: string, body?: object): Promise<RawReply> => await request(gw.socket, method, path, body, { token: TOKEN })
@@ -86,7 +85,7 @@ function refs (objs: () => Obj[]): fc.Arbitrary<string> {
     // Prefixes of 5 digits or more: other test files create containers on the shared engine
     // meanwhile, and a shorter prefix could change meaning between the two lookups.
     fc.constant(null).map(() => objs()).chain((os) => fc.tuple(fc.constantFrom(...os.map((o) => o.id)), fc.integer({ min: 5, max: 64 }))).map(([id, n]) => id.slice(0, n)),
-    fc.stringMatching(/^[0-9a-f]{5,8}$/),
+    fc.stringMatching(/^[0-9a-f]{5,8}$/)
   )
 }
 

@@ -439,7 +439,10 @@ t.test('deploy/alerts.yml and prometheus.yml name only series that exist', async
 t.test('deploy/grafana-dashboard.json is a dashboard over series that exist', async (t) => {
   const names = await exposedNames()
   const dash = JSON.parse(fs.readFileSync(path.join(DEPLOY, 'grafana-dashboard.json'), 'utf8')) as {
-    title: string, uid: string, schemaVersion: number, templating: { list: Array<{ name: string }> },
+    title: string,
+    uid: string,
+    schemaVersion: number,
+    templating: { list: Array<{ name: string }> },
     panels: Array<{ id: number, type: string, title: string, gridPos: { x: number, y: number, w: number, h: number }, targets?: Array<{ expr: string, refId: string, datasource: { uid: string } }> }>
   }
   t.equal(dash.title, 'Portcullis')

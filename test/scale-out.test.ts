@@ -105,7 +105,7 @@ async function startReplica (name: string, pg: TestPostgres): Promise<Replica> {
       throw new Error(`${name} ${gone !== undefined ? `exited (${gone})` : 'did not start'} at start-up:\n${output()}`)
     }
     metrics = /"address":"(127\.0\.0\.1:\d+)","msg":"metrics listening"/.exec(output())?.[1] ?? ''
-    await new Promise((r) => setTimeout(r, 50))
+    await new Promise((resolve) => setTimeout(resolve, 50))
   }
   return {
     name,
@@ -133,7 +133,7 @@ async function until (check: () => Promise<boolean>, limitMs: number, everyMs = 
   const start = Date.now()
   while (Date.now() - start <= limitMs) {
     if (await check()) return Date.now() - start
-    await new Promise((r) => setTimeout(r, everyMs))
+    await new Promise((resolve) => setTimeout(resolve, everyMs))
   }
   return -1
 }
@@ -235,7 +235,7 @@ t.test('two replicas share one policy in PostgreSQL', async (t) => {
     t.equal(shape.status, 400)
     t.match(shape.body.message, /expected \{"lines"/)
     t.equal((await pg.query('SELECT count(*)::int AS n FROM casbin'))[0].n, rows, 'nothing was written')
-    await new Promise((r) => setTimeout(r, 300))
+    await new Promise((resolve) => setTimeout(resolve, 300))
     for (const r of replicas) {
       t.equal((await call(r.admin, 'GET', '/_portcullis/policy')).body.version, before, `${r.name} still runs the same version`)
       t.equal((await call(r.tenant, 'GET', LIST)).status, 200, `${r.name} still allows the tenant's list`)
@@ -253,7 +253,7 @@ t.test('two replicas share one policy in PostgreSQL', async (t) => {
   })
 
   t.test('the admin calls are in the audit trail', async (t) => {
-    await new Promise((r) => setTimeout(r, 100))
+    await new Promise((resolve) => setTimeout(resolve, 100))
     const records = (file: string): any[] => fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
     const a1 = records(r1.audit)
     const find = (recs: any[], op: string, status: number): any => recs.find((r) => r.operation === op && r.status === status)

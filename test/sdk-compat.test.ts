@@ -168,8 +168,14 @@ eachWay('dockerode', async (side) => {
 
   // attach with hijack: stdin in, half-close, output back, stream ends when the container exits
   const cat = await d.createContainer({
-    name: `${name}-cat`, Image: image, Cmd: ['sh', '-c', 'cat; echo stdin-closed >&2'],
-    OpenStdin: true, StdinOnce: true, AttachStdin: true, AttachStdout: true, AttachStderr: true,
+    name: `${name}-cat`,
+    Image: image,
+    Cmd: ['sh', '-c', 'cat; echo stdin-closed >&2'],
+    OpenStdin: true,
+    StdinOnce: true,
+    AttachStdin: true,
+    AttachStdout: true,
+    AttachStderr: true,
   })
   const hijacked = await cat.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })
   const hijackedBody = untilEnd(hijacked)
@@ -287,7 +293,13 @@ eachWay('docker-compose 1.29', async (side) => {
     const networks = await direct.listNetworks({ filters: { name: [project] } })
     const volumes = (await direct.listVolumes({ filters: { name: [project] } })).Volumes ?? []
     return {
-      up, ps: { ...ps, stdout: sortedLines(ps.stdout) }, services: { ...services, stdout: sortedLines(services.stdout) }, execCli, execPy, volumeWrite, down,
+      up,
+      ps: { ...ps, stdout: sortedLines(ps.stdout) },
+      services: { ...services, stdout: sortedLines(services.stdout) },
+      execCli,
+      execPy,
+      volumeWrite,
+      down,
       left: { containers: containers.length, networks: networks.map((n) => n.Name), volumes: volumes.map((v) => v.Name) },
     }
   } finally {
@@ -329,4 +341,3 @@ eachWay('docker-compose 1.29', async (side) => {
   }, 'down -v stops and removes the containers, the network and the volume')
   t.same(r.left, { containers: 0, networks: [], volumes: [] }, 'down -v leaves no container, network or volume')
 })
-

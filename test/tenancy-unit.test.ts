@@ -144,27 +144,51 @@ t.test('system df: the per-type summaries of API 1.52 are rebuilt from what the 
   const own = { [TENANT_LABEL]: 'team-a' }
   const other = { [TENANT_LABEL]: 'team-b' }
   const df = {
-    ImageUsage: { ActiveCount: 2, TotalCount: 3, Reclaimable: 700, TotalSize: 1000, Items: [
-      { Id: 'sha256:shared', RepoTags: ['busybox:latest'], Size: 100, Containers: 2, Labels: null },
-      { Id: 'sha256:mine', Size: 200, Containers: 0, Labels: own },
-      { Id: 'sha256:theirs', Size: 700, Containers: 1, Labels: other },
-      { Id: 'sha256:intermediate', RepoTags: [], Size: 50, Containers: 0, Labels: null },
-    ] },
-    ContainerUsage: { ActiveCount: 2, TotalCount: 2, Reclaimable: 0, TotalSize: 30, Items: [
-      { Id: 'c1', ImageID: 'sha256:shared', State: 'running', SizeRw: 10, Labels: own },
-      { Id: 'c2', ImageID: 'sha256:shared', State: 'running', SizeRw: 20, Labels: other },
-    ] },
-    VolumeUsage: { ActiveCount: 0, TotalCount: 2, Reclaimable: 15, TotalSize: 15, Items: [
-      { Name: 'v1', Labels: own, UsageData: { Size: 5, RefCount: 0 } },
-      { Name: 'v2', Labels: other, UsageData: { Size: 10, RefCount: 0 } },
-    ] },
+    ImageUsage: {
+      ActiveCount: 2,
+      TotalCount: 3,
+      Reclaimable: 700,
+      TotalSize: 1000,
+      Items: [
+        { Id: 'sha256:shared', RepoTags: ['busybox:latest'], Size: 100, Containers: 2, Labels: null },
+        { Id: 'sha256:mine', Size: 200, Containers: 0, Labels: own },
+        { Id: 'sha256:theirs', Size: 700, Containers: 1, Labels: other },
+        { Id: 'sha256:intermediate', RepoTags: [], Size: 50, Containers: 0, Labels: null },
+      ]
+    },
+    ContainerUsage: {
+      ActiveCount: 2,
+      TotalCount: 2,
+      Reclaimable: 0,
+      TotalSize: 30,
+      Items: [
+        { Id: 'c1', ImageID: 'sha256:shared', State: 'running', SizeRw: 10, Labels: own },
+        { Id: 'c2', ImageID: 'sha256:shared', State: 'running', SizeRw: 20, Labels: other },
+      ]
+    },
+    VolumeUsage: {
+      ActiveCount: 0,
+      TotalCount: 2,
+      Reclaimable: 15,
+      TotalSize: 15,
+      Items: [
+        { Name: 'v1', Labels: own, UsageData: { Size: 5, RefCount: 0 } },
+        { Name: 'v2', Labels: other, UsageData: { Size: 10, RefCount: 0 } },
+      ]
+    },
     BuildCacheUsage: { ActiveCount: 1, TotalCount: 1, Reclaimable: 9, TotalSize: 9 },
     SomethingNewer: { engineWide: true },
   }
   const out = await filterDataUsage(call, df) as any
-  t.same(out.ImageUsage, { ActiveCount: 1, TotalCount: 2, Reclaimable: 200, TotalSize: 300, Items: [
-    { Id: 'sha256:shared', RepoTags: ['busybox:latest'], Size: 100, Containers: 1, Labels: null }, { Id: 'sha256:mine', Size: 200, Containers: 0, Labels: own },
-  ] }, 'images: shared and own, containers counted among the tenant\'s own')
+  t.same(out.ImageUsage, {
+    ActiveCount: 1,
+    TotalCount: 2,
+    Reclaimable: 200,
+    TotalSize: 300,
+    Items: [
+      { Id: 'sha256:shared', RepoTags: ['busybox:latest'], Size: 100, Containers: 1, Labels: null }, { Id: 'sha256:mine', Size: 200, Containers: 0, Labels: own },
+    ]
+  }, 'images: shared and own, containers counted among the tenant\'s own')
   t.same(out.ContainerUsage, { ActiveCount: 1, TotalCount: 1, Reclaimable: 0, TotalSize: 10, Items: [df.ContainerUsage.Items[0]] })
   t.same(out.VolumeUsage, { ActiveCount: 0, TotalCount: 1, Reclaimable: 5, TotalSize: 5, Items: [df.VolumeUsage.Items[0]] })
   t.same(out.BuildCacheUsage, { ActiveCount: 0, TotalCount: 0, Reclaimable: 0, TotalSize: 0 }, 'the build cache has no owner: none')

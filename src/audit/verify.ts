@@ -175,7 +175,7 @@ function checkSeal (f: Loaded, last: ParsedLine, lastLine: number, isLast: boole
     fail(f.file, lastLine + 1, `truncated: the file ends with record ${ends} (line ${lastLine}), but its seal says record ${seal.seq} was written: ${n} record${n === 1 ? '' : 's'} cut off the end`)
   }
   if (seal.seq === ends) {
-    if (seal.hash !== last.hash) fail(f.file, lastLine, `modified: the last record is not the one sealed (the end of the file was rewritten)`)
+    if (seal.hash !== last.hash) fail(f.file, lastLine, 'modified: the last record is not the one sealed (the end of the file was rewritten)')
     if (seal.size !== f.size) fail(f.file, lastLine, `modified: the file is ${f.size} bytes, its seal says ${seal.size}`)
     return
   }

@@ -178,7 +178,6 @@ async function respondWhole (ctx: RequestContext, answer: Answer, length: number
 
 const EMPTY = Buffer.alloc(0)
 
-
 /** Largest JSON answer the gateway reads whole to narrow it to a tenant (lists, info). */
 const FILTERED_ANSWER_MAX = 256 * 1024 * 1024
 

@@ -56,7 +56,7 @@ export async function startMetricsServer (
   metrics: Metrics,
   readiness: ReadinessCheck,
   log: Logger,
-  opts: MetricsServerOptions = {},
+  opts: MetricsServerOptions = {}
 ): Promise<MetricsServer> {
   const timeoutMs = opts.readinessTimeoutMs ?? 2000
   const app = Fastify({

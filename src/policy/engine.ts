@@ -361,7 +361,7 @@ function checkDuplicates (given: LineSource, problems: string[]): void {
  */
 export function sortLines (lines: readonly PolicyLine[]): PolicyLine[] {
   const key = (l: PolicyLine): string => l[0] === 'p' ? `1\0${l[6] ?? ''}\0${JSON.stringify(l)}` : `0\0${JSON.stringify(l)}`
-  return [...lines].sort((a, b) => { const ka = key(a), kb = key(b); return ka < kb ? -1 : ka > kb ? 1 : 0 })
+  return [...lines].sort((a, b) => { const ka = key(a); const kb = key(b); return ka < kb ? -1 : ka > kb ? 1 : 0 })
 }
 
 /** The lines of the manifest's enforce-mode file, parsed by Casbin (to seed an empty database). */

@@ -211,8 +211,23 @@ type Target =
   | 'none'
 
 const ids = {
-  box: '', stopped: '', exec: '', network: '', image: '', secret: '', config: '', service: '', task: '', node: '', nodeName: '',
-  bBox: '', bNetwork: '', serviceVersion: 0, secretVersion: 0, configVersion: 0, nodeVersion: 0,
+  box: '',
+  stopped: '',
+  exec: '',
+  network: '',
+  image: '',
+  secret: '',
+  config: '',
+  service: '',
+  task: '',
+  node: '',
+  nodeName: '',
+  bBox: '',
+  bNetwork: '',
+  serviceVersion: 0,
+  secretVersion: 0,
+  configVersion: 0,
+  nodeVersion: 0,
 }
 let setupStarted = 0
 
@@ -939,17 +954,19 @@ export function crossTenantSuite (role: 'plain' | 'swarm'): void {
     }
     t.comment(`${cases.length} cases over ${new Set(cases.map((c) => c.op)).size} operations, ${combos} (case, reference form, version) combinations, ${requests} requests through the gateway`)
 
-    if (SWARM) await t.test('ServiceCreate: A\'s private image and a missing image answer alike', async (t) => {
+    if (SWARM) {
+      await t.test('ServiceCreate: A\'s private image and a missing image answer alike', async (t) => {
       // A service's image that is not on the engine is the swarm's to pull: the gateway
       // lets the create through, while another tenant's private image is refused.
-      for (const ref of [A.committed, `team-a/${P}-nope:1`]) {
-        const r = await as('bob', { method: 'POST', target: '/v1.41/services/create', body: serviceSpec({ Image: ref }) }, { full: true })
-        t.comment(`B creates a service of ${ref}: ${r.status} ${r.message ?? ''}`)
-        if (r.status < 300) await direct('DELETE', `/services/${r.json?.ID}`)
-        if (ref === A.committed) t.equal(r.status, 400, 'A\'s private image: refused as missing')
-        else t.equal(r.status, 400, 'a missing image: answered alike', { todo: 'existence oracle: a service of a missing image is created (the swarm pulls it), one of another tenant\'s private image is refused, so B learns that A has an image of that name' })
-      }
-    })
+        for (const ref of [A.committed, `team-a/${P}-nope:1`]) {
+          const r = await as('bob', { method: 'POST', target: '/v1.41/services/create', body: serviceSpec({ Image: ref }) }, { full: true })
+          t.comment(`B creates a service of ${ref}: ${r.status} ${r.message ?? ''}`)
+          if (r.status < 300) await direct('DELETE', `/services/${r.json?.ID}`)
+          if (ref === A.committed) t.equal(r.status, 400, 'A\'s private image: refused as missing')
+          else t.equal(r.status, 400, 'a missing image: answered alike', { todo: 'existence oracle: a service of a missing image is created (the swarm pulls it), one of another tenant\'s private image is refused, so B learns that A has an image of that name' })
+        }
+      })
+    }
 
     await t.test('nothing of A\'s changed', async (t) => {
       const after = await snapshot()

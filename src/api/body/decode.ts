@@ -63,7 +63,6 @@ import { ANY_NODE, bodySchemas, type BodyNode } from './schema'
 export { JsonNumber, isJsonNumber } from './number'
 export type { JsonObject, JsonValue } from './json'
 
-
 export interface DecodedBody {
   /** The canonical value: a JsonValue, or `undefined` for an empty (0-byte) body. */
   readonly value: unknown

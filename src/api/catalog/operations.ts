@@ -21,7 +21,6 @@ import type { Operation, Row } from './types'
 
 export type { Hijack, Operation, RequestBody, ResourceKind } from './types'
 
-
 const S = { streams: true } as const
 const J = { body: 'json' } as const
 const B = { body: 'stream' } as const

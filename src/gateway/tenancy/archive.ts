@@ -300,6 +300,7 @@ export class Bytes {
   }
 
   async skip (n: number): Promise<void> {
+    // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the chunks are read to be discarded
     for await (const _ of this.take(n)) { /* discarded */ }
   }
 

@@ -59,7 +59,7 @@ export class Call {
     readonly r: Resolver,
     readonly credentials: Credentials,
     /** The raw X-Registry-Auth the client sent, if any. */
-    readonly clientRegistryAuth: string | undefined,
+    readonly clientRegistryAuth: string | undefined
   ) {
     this.params = { ...params }
     this.query = new URLSearchParams(query)

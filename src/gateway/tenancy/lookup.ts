@@ -178,6 +178,7 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
   let downSince: number | null = null
   let lastWarning = 0
   const loop = async (): Promise<void> => {
+    // eslint-disable-next-line no-unmodified-loop-condition -- stop() sets it, between awaits
     while (!stopped) {
       abort = new AbortController()
       let cause: string

@@ -25,7 +25,6 @@ import { libpodHandlers } from './libpod'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
-
 // ---------------------------------------------------------------------------------
 // Building blocks
 

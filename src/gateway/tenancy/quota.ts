@@ -11,7 +11,6 @@ import { SWARM_SERVICE_LABEL, type Limits, type Reservation } from './lookup'
 export interface Usage { containers: number, memory: number, nanoCpus: number }
 const NO_LIMITS: Limits = { memory: 0, nanoCpus: 0 }
 
-
 /** CPU limit in nano-CPUs from NanoCpus or CpuQuota/CpuPeriod (0: unlimited). */
 export function cpuOf (hc: any): number {
   if (num(hc?.NanoCpus)) return num(hc.NanoCpus)

@@ -7,7 +7,6 @@ import { list, type Call } from './call'
 import { catalogued, isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
 import type { EngineKind } from './podman'
 
-
 /**
  * The zero value of a field's type, so that clients still find the field. (A number may
  * be a JsonNumber: answers holding integers too long for a double are decoded exactly.)
