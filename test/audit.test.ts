@@ -11,6 +11,8 @@ import pino from 'pino'
 import { AuditTrail, AuditWriteError, buildRecord, recordJson, report, verify, type AuditInput } from '../src/audit'
 import { chainLine, readSealFile } from '../src/audit/chain'
 import { describeConfig, parseConfig, ConfigError, type AuditConfig } from '../src/config'
+import { decodeBody } from '../src/api/body/decode'
+import { buildInput } from '../src/policy/facts'
 
 type AuditConfigLike = AuditConfig
 
@@ -87,13 +89,16 @@ function copyTrail (file: string, name: string): string {
 // Records and redaction
 
 t.test('a request record has every field of the schema', async (t) => {
+  const createBody = Buffer.from('{"Image":"busybox","User":"0","HostConfig":{"Privileged":true,"Binds":["/srv/portcullis/team-a/x:/x"],"CapAdd":["NET_ADMIN"],"Devices":[{"PathOnHost":"/dev/fuse"}],"NetworkMode":"host","SecurityOpt":["seccomp=unconfined"],"Memory":9223372036854775807}}')
   const r = buildRecord({
     ...request(1),
     method: 'POST',
     target: { operation: 'ContainerCreate', kind: 'container', apiVersion: '1.41', query: new URLSearchParams('name=web') },
+    // The audit trail records the facts it is given (the policy's); it works none out itself.
+    facts: buildInput('ContainerCreate', 'container', '', new URLSearchParams('name=web'), decodeBody('ContainerCreate', createBody).value),
     decision: { decision: 'would_deny', rule: { policy: 'base.csv', rule: 'tenant-containers' }, wouldDeny: [{ policy: 'strict.csv', rule: 'no-root' }], policyVersion: 'abc123' },
     rewrites: [{ id: 'owner-labels', patch: [{ op: 'add', path: '/Labels/io.portcullis.tenant', value: 'team-a' }] }],
-    body: Buffer.from('{"Image":"busybox","User":"0","HostConfig":{"Privileged":true,"Binds":["/srv/portcullis/team-a/x:/x"],"CapAdd":["NET_ADMIN"],"Devices":[{"PathOnHost":"/dev/fuse"}],"NetworkMode":"host","SecurityOpt":["seccomp=unconfined"],"Memory":9223372036854775807}}'),
+    body: createBody,
     status: 201,
     error: null,
   }, 'metadata')
@@ -150,8 +155,11 @@ t.test('exec and sessions: command, security, exit code', async (t) => {
     ...request(3),
     method: 'POST',
     target: { operation: 'ContainerExec', kind: 'exec', param: 'id', resource: 'web', apiVersion: '1.41' },
+    facts: buildInput('ContainerExec', 'exec', 'web', new URLSearchParams(), { Cmd: ['sh', '-c', 'id'], User: 'root', Privileged: true }),
     body: { Cmd: ['sh', '-c', 'id'], User: 'root', Privileged: true, Env: ['TOKEN=abc'] },
   }, 'request')
+  const judgedNothing = buildRecord({ ...request(3), method: 'POST', target: { operation: 'ContainerExec', kind: 'exec', param: 'id', resource: 'web', apiVersion: '1.41' }, body: { Privileged: true } }, 'request')
+  t.same(judgedNothing.security, { privileged: false, user: '' }, 'without facts the summary claims nothing')
   t.same(exec.command, ['sh', '-c', 'id'])
   t.same(exec.security, { privileged: true, user: 'root' })
   t.same(exec.resource, { kind: 'container', id: 'web' }, 'the exec is created in this container')

@@ -14,7 +14,6 @@
  * redacted (redact.ts) before they are recorded, at level `request` only.
  */
 import { decodeBody, encodeBody } from '../api/body/decode'
-import { buildInput, type Facts } from '../policy/facts'
 import { redactor } from './redact'
 
 export const RECORD_VERSION = 1
@@ -28,6 +27,27 @@ export type DecisionKind = 'allow' | 'deny' | 'would_deny'
 // ---------------------------------------------------------------------------
 // Input: what the caller knows. Structurally compatible with the gateway's own
 // types (Identity, Decision, AppliedRewrite, Facts), without depending on them.
+
+/** The policy's facts the security summary shows (a subset of the policy's Facts). */
+export interface AuditFacts {
+  readonly privileged?: boolean
+  readonly user?: string
+  readonly hostPaths?: readonly string[]
+  readonly hostVolume?: boolean
+  readonly capAdd?: readonly string[]
+  readonly capDrop?: readonly string[]
+  readonly devices?: readonly string[]
+  readonly deviceRequests?: readonly string[]
+  readonly deviceCgroupRules?: readonly string[]
+  readonly namespaces?: { readonly network: string, readonly pid: string, readonly ipc: string, readonly uts: string, readonly userns: string, readonly cgroupns: string }
+  readonly securityOpt?: readonly string[]
+  readonly sysctls?: readonly string[]
+  readonly runtime?: string
+  readonly cgroupParent?: string
+  readonly volumesFrom?: readonly string[]
+  readonly memory?: number
+  readonly pidsLimit?: number
+}
 
 export interface AuditIdentityInput {
   readonly subject: string
@@ -87,11 +107,10 @@ export interface AuditInput {
   readonly decision?: AuditDecisionInput | null
   readonly rewrites?: readonly AuditRewriteInput[] | null
   /**
-   * The policy's facts for the request (Evaluation.input): pass them, so the record
-   * shows exactly what was judged. When absent they are derived from the body again
-   * (buildInput, which resolves host paths on this host's filesystem).
+   * The policy's facts for the request (Evaluation.input), so that the record shows
+   * exactly what was judged; the caller works them out when the policy did not.
    */
-  readonly facts?: Partial<Facts> | null
+  readonly facts?: AuditFacts | null
   /**
    * The request body: the decoded value (as evaluated, after rewrites), or the canonical
    * bytes forwarded (a Buffer, decoded here exactly like the engine would).
@@ -307,13 +326,7 @@ function decodedBody (operation: string | null, body: unknown): unknown {
 const SECURITY_OPERATIONS = new Set(['ContainerCreate', 'ServiceCreate', 'ServiceUpdate'])
 const EXEC_CREATE = 'ContainerExec'
 
-function factsOf (input: AuditInput, t: AuditTargetInput, body: unknown): Partial<Facts> {
-  if (input.facts !== null && input.facts !== undefined) return input.facts
-  const q = t.query instanceof URLSearchParams ? t.query : new URLSearchParams(t.query === undefined ? undefined : { ...t.query })
-  return buildInput(t.operation, t.kind, t.resource ?? '', q, body)
-}
-
-function securityOf (op: string, f: Partial<Facts>, body: unknown): AuditSecurity {
+function securityOf (op: string, f: AuditFacts, body: unknown): AuditSecurity {
   if (op === EXEC_CREATE) return { privileged: f.privileged === true, user: f.user ?? '' }
   const b = obj(body)
   const image = op === 'ContainerCreate' ? str(b.Image) : str(obj(obj(obj(b.TaskTemplate).ContainerSpec)).Image)
@@ -401,7 +414,7 @@ export function buildRecord (input: AuditInput, level: AuditLevel, options: Buil
   if (t !== null && op !== null) {
     const command = commandOf(input, op, body)
     if (command !== undefined) record.command = command
-    if (SECURITY_OPERATIONS.has(op) || op === EXEC_CREATE) record.security = securityOf(op, factsOf(input, t, body), body)
+    if (SECURITY_OPERATIONS.has(op) || op === EXEC_CREATE) record.security = securityOf(op, input.facts ?? {}, body)
   }
   if (level === 'request' && body !== undefined) record.body = redact.body(op, body)
   return record

@@ -2,15 +2,20 @@
  * The pipeline's view of a request as the audit trail's input (AuditInput).
  * The audit module knows nothing of the gateway: it records what it is given.
  */
-import type { RequestContext } from './context'
+import { decodeBody } from '../api/body/decode'
 import type { AuditEventKind, AuditInput } from '../audit'
+import { buildInput } from '../policy/facts'
+import type { RequestContext } from './context'
+
+/** The operations whose records carry a security summary (audit/record.ts), worked out from facts. */
+const SUMMARIZED = new Set(['ContainerCreate', 'ServiceCreate', 'ServiceUpdate', 'ContainerExec'])
 
 export interface ContextExtras {
   /** Default: now. */
   readonly time?: number
   /** Default: since the request started. */
   readonly durationMs?: number
-  /** The policy's facts (Evaluation.input); derived from the body when absent. */
+  /** The policy's facts (Evaluation.input); worked out here from the body when the policy did not judge it. */
   readonly facts?: AuditInput['facts']
   /** The decoded body (Evaluation.body); default: ctx.body, the canonical bytes forwarded. */
   readonly body?: unknown
@@ -35,7 +40,7 @@ export function inputFromContext (ctx: RequestContext, event: AuditEventKind, ex
       : { operation: t.operation.id, kind: t.operation.kind, param: t.operation.param, resource: t.resource, apiVersion: t.apiVersion, query: t.query },
     decision: ctx.decision ?? null,
     rewrites: ctx.rewrites ?? [],
-    facts: extras.facts ?? null,
+    facts: extras.facts ?? factsOf(ctx, extras.body ?? ctx.body),
     body: extras.body ?? ctx.body,
     command: extras.command ?? null,
     status: ctx.status ?? null,
@@ -48,4 +53,23 @@ export function inputFromContext (ctx: RequestContext, event: AuditEventKind, ex
     hijack: ctx.hijack ?? null,
     exitCode: extras.exitCode ?? null,
   }
+}
+
+/**
+ * A request the policy did not judge (refused earlier, or failed) still gets the facts
+ * of its body in the record, worked out as the policy would have (buildInput).
+ */
+function factsOf (ctx: RequestContext, body: unknown): AuditInput['facts'] {
+  const t = ctx.target
+  if (t === undefined || !SUMMARIZED.has(t.operation.id)) return null
+  let value = body
+  if (value instanceof Uint8Array) {
+    if (value.length === 0) return null
+    try {
+      value = decodeBody(t.operation.id, Buffer.from(value.buffer, value.byteOffset, value.length)).value
+    } catch {
+      return null
+    }
+  }
+  return buildInput(t.operation.id, t.operation.kind, t.resource ?? '', t.query, value)
 }
