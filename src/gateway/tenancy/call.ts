@@ -10,6 +10,7 @@ import { isJsonNumber } from '../../policy/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
 import type { Credentials } from './credentials'
 import type { ObjectKind, Resolver } from './lookup'
+import type { QuotaStore } from './quota-store'
 import { familiar, parseImageRef } from './images'
 
 /** How the engine's answer is filtered for a tenant. */
@@ -66,6 +67,8 @@ export class Call {
     readonly credentials: Credentials,
     /** The raw X-Registry-Auth the client sent, if any. */
     readonly clientRegistryAuth: string | undefined,
+    /** Where every replica's quota reservations are kept, when there is a shared store. */
+    readonly quotaStore: QuotaStore | null = null,
   ) {
     this.params = { ...params }
     this.query = new URLSearchParams(query)
