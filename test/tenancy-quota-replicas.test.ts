@@ -147,7 +147,7 @@ t.test('a dead replica\'s reservation counts until it expires', async (t) => {
   await removeAll(ONE)
 })
 
-t.test('the store itself: admissions of a tenant take turns across replicas; held reservations are renewed', async (t) => {
+t.test('the store itself: admissions of a tenant take turns across replicas, wait for each other at most lock_timeout; held reservations are renewed', async (t) => {
   const log = pino({ level: 'silent' })
   const settings = { url: pg.url, where: `127.0.0.1:${pg.port}/portcullis`, ttlSeconds: 1 }
   const a = await QuotaStore.open(settings, log)
@@ -173,6 +173,15 @@ t.test('the store itself: admissions of a tenant take turns across replicas; hel
   leaseB.release()
   leaseB.release()
   t.ok(await until(async () => (await rows(tenant)) === 0, 3000), 'released: the rows are gone')
+
+  // An admission that holds the tenant too long: the other replica gives up (lock_timeout), as a failure of the store.
+  const impatient = await QuotaStore.open({ ...settings, lockTimeoutMs: 300 }, log)
+  t.teardown(async () => { await impatient.close() })
+  const slow = a.admit(tenant, 'ContainerCreate', async () => { await sleep(1500); return one })
+  await sleep(100)
+  await t.rejects(impatient.admit(tenant, 'ContainerCreate', async () => one), { name: 'Error', message: /quota store \(policy database at 127\.0\.0\.1:\d+\/portcullis\) failed \(admitting\): canceling statement due to lock timeout/ }, 'waited 300 ms for the lock, then failed')
+  ;(await slow).release()
+  t.ok(await until(async () => (await rows(tenant)) === 0, 3000), 'nothing left held')
 })
 
 t.test('the database away: quota-limited creates refused (fail closed) and counted, others go on', async (t) => {
