@@ -29,6 +29,8 @@ export const errorCatalog = {
   /** A body or query names an object the tenant does not have (the engine's 400 for VolumesFrom). */
   REFERENCE_MISSING: 400,
   CONFLICT: 409,
+  /** The shared quota store (policy database) does not answer: a quota-limited create is refused (fail closed). */
+  QUOTA_STORE_UNAVAILABLE: 503,
   /** A swarm object asked of an engine that is not a swarm manager: the engine's own 503, relayed. */
   SWARM_INACTIVE: 503,
   // Upstream

@@ -12,7 +12,7 @@ import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
 import { Metrics } from '../metrics'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
-import { Credentials, Tenancy } from './tenancy'
+import { Credentials, QuotaStore, Tenancy } from './tenancy'
 import { policyAdmin } from './admin'
 
 export interface Gateway {
@@ -44,11 +44,24 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     policy.database.on('failure', () => { metrics.policyDatabaseFailed() })
     policy.database.on('up', () => { metrics.policyDatabaseUp() })
   }
+  // The policy database also keeps every replica's quota reservations, so that quotas
+  // hold across replicas (tenancy/quota-store.ts); it is opened like the policy, fail closed.
+  let quotaStore: QuotaStore | null = null
+  if (config.policy.database) {
+    try {
+      quotaStore = await QuotaStore.open(config.policy.database, log)
+    } catch (err) {
+      await policy.close()
+      throw err
+    }
+    metrics.quotaStoreOpened()
+    quotaStore.onFailure = (stage) => { metrics.quotaStoreFailed(stage) }
+  }
   // With audit.onFailure: closed, a trail that cannot be opened stops the start-up.
   const audit = AuditTrail.open(config.audit, log)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
-  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log)
+  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, quotaStore)
   const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
@@ -58,6 +71,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     tenancy.close()
     await upstream.close()
     await audit.close()
+    await quotaStore?.close()
     await policy.close()
     throw err
   }
@@ -121,6 +135,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       await upstream.close()
       await metricsServer?.close()
       await audit.close()
+      await quotaStore?.close()
       await policy.close()
       log.info('stopped')
     },

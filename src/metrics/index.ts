@@ -24,6 +24,7 @@ export const NONE = 'none'
 
 export const DECISIONS: readonly string[] = Object.freeze(['allow', 'deny', 'would_deny'])
 export const UPSTREAM_ERROR_KINDS = Object.freeze(['unreachable', 'failed', 'timeout'] as const)
+export const QUOTA_STORE_STAGES = Object.freeze(['admit', 'release', 'renew'] as const)
 export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number]
 export const READINESS_CHECKS = Object.freeze(['engine', 'policy'] as const)
 
@@ -104,6 +105,7 @@ export class Metrics {
   private readonly databaseFailures: Counter
   private readonly databaseUp: Gauge<'database'>
   private database = ''
+  private readonly quotaStoreFailures: Counter<'stage'>
   private readonly auditRecords: Counter
   private readonly auditFailures: Counter
   private readonly upstreamErrors: Counter<'kind'>
@@ -197,6 +199,12 @@ export class Metrics {
       name: `${PREFIX}policy_database_up`,
       help: 'Whether the policy database (host:port/name) answered its last check (1) or not (0); absent without policy.database.',
       labelNames: ['database'],
+      registers,
+    })
+    this.quotaStoreFailures = new Counter({
+      name: `${PREFIX}quota_store_failures_total`,
+      help: 'Failures of the shared quota store (policy.database), by stage: admit (a quota-limited request refused with 503), release, renew (reservations then expire on their own).',
+      labelNames: ['stage'],
       registers,
     })
     this.auditRecords = new Counter({ name: `${PREFIX}audit_records_total`, help: 'Audit records written.', registers })
@@ -302,6 +310,16 @@ export class Metrics {
     if (where !== undefined) this.database = where
     this.databaseFailures.inc(0)
     this.databaseUp.set({ database: this.database }, 1)
+  }
+
+  /** Series at 0 for every stage, with a quota store (call once at start-up). */
+  quotaStoreOpened (): void {
+    for (const stage of QUOTA_STORE_STAGES) this.quotaStoreFailures.inc({ stage }, 0)
+  }
+
+  /** The shared quota store failed at `stage` (admit, release, renew). */
+  quotaStoreFailed (stage: string): void {
+    this.quotaStoreFailures.inc({ stage: (QUOTA_STORE_STAGES as readonly string[]).includes(stage) ? stage : 'admit' })
   }
 
   auditWritten (): void { this.auditRecords.inc() }

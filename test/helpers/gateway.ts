@@ -43,12 +43,15 @@ export interface TestGateway {
 /**
  * Start a gateway in this process. `yaml` adds to (or overrides) the generated config.
  * Its two listeners take requests without credentials (`identity: { subject: tester, roles: [admin] }`).
- * `policyDir` replaces the shipped policy directory (a test's own copy with other settings).
+ * `policyDir` replaces the shipped policy directory (a test's own copy with other settings);
+ * a `policy:` line in `yaml` replaces the generated one altogether.
  */
 export async function startTestGateway (extraYaml = '', upstream?: string, policyDir = POLICIES): Promise<TestGateway> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcg-'))
   const socket = path.join(dir, 'gw.sock')
-  const text = `listen:\n  - { unix: ${socket}, identity: { subject: tester, roles: [admin] } }\n  - { tcp: 127.0.0.1:0, identity: { subject: tester, roles: [admin] } }\nupstream: ${upstream ?? `unix://${engine().socket}`}\npolicy: { dir: ${policyDir} }\naudit: { file: ${dir}/audit.jsonl }\nlog: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }\nshutdown: { graceSeconds: 2 }\n${extraYaml}`
+  // A `policy:` of the caller's own (a database) replaces the generated one.
+  const policy = /^policy:/m.test(extraYaml) ? '' : `policy: { dir: ${policyDir} }\n`
+  const text = `listen:\n  - { unix: ${socket}, identity: { subject: tester, roles: [admin] } }\n  - { tcp: 127.0.0.1:0, identity: { subject: tester, roles: [admin] } }\nupstream: ${upstream ?? `unix://${engine().socket}`}\n${policy}audit: { file: ${dir}/audit.jsonl }\nlog: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }\nshutdown: { graceSeconds: 2 }\n${extraYaml}`
   const config = parseConfig(text, path.join(dir, 'portcullis.yaml'))
   const gateway = await startGateway(config, pino({ level: config.log.level }))
   const tcp = gateway.listeners.find((l) => l.config.kind === 'tcp')?.address ?? ''

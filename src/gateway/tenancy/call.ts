@@ -10,6 +10,7 @@ import { isJsonNumber } from '../../api/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
 import type { Credentials } from './credentials'
 import type { ObjectKind, Resolution, Resolver } from './lookup'
+import type { QuotaStore } from './quota-store'
 import { familiar, parseImageRef } from './images'
 import type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 
@@ -59,7 +60,9 @@ export class Call {
     readonly r: Resolver,
     readonly credentials: Credentials,
     /** The raw X-Registry-Auth the client sent, if any. */
-    readonly clientRegistryAuth: string | undefined
+    readonly clientRegistryAuth: string | undefined,
+    /** Where every replica's quota reservations are kept, when there is a shared store. */
+    readonly quotaStore: QuotaStore | null = null
   ) {
     this.params = { ...params }
     this.query = new URLSearchParams(query)

@@ -16,9 +16,11 @@ import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './
 import { Credentials } from './credentials'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
+import type { QuotaStore } from './quota-store'
 import { podmanMissing, type MissingRef } from './podman'
 
 export { Credentials, loadCredentials } from './credentials'
+export { QuotaStore } from './quota-store'
 export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
 
 export interface Scoped {
@@ -42,7 +44,8 @@ export class Tenancy {
   private readonly resolver: Resolver
   private readonly stopWatching: () => void
 
-  constructor (upstream: Upstream, private credentials: Credentials, log: Logger) {
+  /** `quotaStore`: the replicas' shared quota reservations (with policy.database), else per process. */
+  constructor (upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: QuotaStore | null = null) {
     this.resolver = new Resolver(upstream, this.cache)
     this.stopWatching = watchEvents(upstream, this.cache, log)
   }
@@ -63,7 +66,7 @@ export class Tenancy {
     if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion', 'SystemPingLibpod', 'SystemPingHeadLibpod', 'SystemVersionLibpod'].includes(op.id)) {
       throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
     }
-    const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth)
+    const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth, this.quotaStore)
     try {
       await handler(call)
     } catch (err) {

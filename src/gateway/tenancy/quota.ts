@@ -5,8 +5,10 @@
  * their service instead) plus each own service's replicas times its limits.
  */
 import { quotaFor, type Quota } from '../../policy/tenancy'
+import { GatewayError } from '../../api/errors'
 import { num, refuse, type Call } from './call'
 import { SWARM_SERVICE_LABEL, type Limits, type Reservation } from './lookup'
+import { QuotaStoreError, type QuotaStore } from './quota-store'
 
 export interface Usage { containers: number, memory: number, nanoCpus: number }
 const NO_LIMITS: Limits = { memory: 0, nanoCpus: 0 }
@@ -90,16 +92,21 @@ function cpus (n: number): string { return `${(n / 1e9).toFixed(3).replace(/\.?0
 /**
  * Refuse with a 403 naming the quota when `adding` on top of the current usage passes a
  * limit; otherwise admit it: `adding` is reserved for the tenant until the request is
- * answered (or the returned function ends it), so that concurrent requests count each other (the check and the reservation
- * happen with no await in between). Reservations held when the listing started are
- * counted too, even if released meanwhile (their object may be missing from the list):
- * at worst a request is counted twice for a moment, never not at all.
+ * answered (or the returned function ends it), so that concurrent requests count each other.
+ *
+ * With a shared store (call.quotaStore: the policy database) the reservations of every
+ * replica count, and the check and the reservation happen under the tenant's lock in
+ * that store (quota-store.ts). Without one, within this process: the check and the
+ * reservation happen with no await in between. Reservations held when the listing
+ * started are counted too, even if released meanwhile (their object may be missing
+ * from the list): at worst a request is counted twice for a moment, never not at all.
  */
 export async function checkQuota (call: Call, adding: Usage, except?: { container?: string, service?: string }): Promise<() => void> {
   const q: Quota = quotaFor(call.settings, call.tenant)
   if (q.containers === undefined && q.memory === undefined && q.nanoCpus === undefined) return () => {}
   // Without a memory or CPU quota, containers are only counted: none is inspected.
   const limitsNeeded = q.memory !== undefined || q.nanoCpus !== undefined
+  if (call.quotaStore) return await checkShared(call, call.quotaStore, q, adding, except, limitsNeeded)
   const cache = call.r.cache
   let before = new Set(cache.reserved(call.tenant))
   let listed = await usage(call, except, false, limitsNeeded)
@@ -108,16 +115,66 @@ export async function checkQuota (call: Call, adding: Usage, except?: { containe
     for (const r of new Set([...before, ...cache.reserved(call.tenant)])) add(total, r)
     return total
   }
-  const exceeds = (u: Usage): boolean => (q.containers !== undefined && adding.containers > 0 && u.containers + adding.containers > q.containers) ||
-    (q.memory !== undefined && adding.memory > 0 && u.memory + adding.memory > q.memory) ||
-    (q.nanoCpus !== undefined && adding.nanoCpus > 0 && u.nanoCpus + adding.nanoCpus > q.nanoCpus)
   // Kept usage may still hold a container whose destroy event is on its way: a
   // refusal is only ever made on a fresh listing.
-  if (exceeds(withHeld(listed))) {
+  if (exceeds(q, withHeld(listed), adding)) {
     before = new Set(cache.reserved(call.tenant))
     listed = await usage(call, except, true, limitsNeeded)
   }
-  const now = withHeld(listed)
+  judge(call, q, withHeld(listed), adding)
+  // Admitted: held until the request is answered. An update or a scale holds its whole
+  // new usage, on top of the old one that other checks still list: counted twice for
+  // the moment, never not at all.
+  const held: Reservation = { ...adding }
+  cache.reserve(call.tenant, held)
+  const release = (): void => cache.release(call.tenant, held)
+  call.settled.push(release)
+  // Also for the caller to end it sooner, once what it admitted counts by itself.
+  return release
+}
+
+/**
+ * How long a container update's reservation outlives its answer in the shared store:
+ * the other replicas keep the container's old limits until the engine's `update` event
+ * reaches them (their own event streams), and until then the reservation counts the new ones.
+ */
+const UPDATE_LINGER_SECONDS = 5
+
+/**
+ * The check across replicas. The engine's usage is read while the tenant's lock is
+ * held, and afresh (this replica's kept list may not have another replica's create
+ * yet: its event may still be on its way, while that replica has already let its
+ * reservation go). The engine lists a created container from its create's answer on.
+ */
+async function checkShared (call: Call, store: QuotaStore, q: Quota, adding: Usage, except: { container?: string, service?: string } | undefined, limitsNeeded: boolean): Promise<() => void> {
+  let lease
+  try {
+    lease = await store.admit(call.tenant, call.op.id, async (held) => {
+      const now = await usage(call, except, true, limitsNeeded)
+      add(now, held)
+      judge(call, q, now, adding)
+      return adding
+    })
+  } catch (err) {
+    if (!(err instanceof QuotaStoreError)) throw err
+    // Fail closed: without the other replicas' reservations the check cannot hold.
+    throw Object.assign(new GatewayError('QUOTA_STORE_UNAVAILABLE', `${call.op.id} refused for tenant ${call.tenant}: its quota cannot be checked, ${err.message} (rule quota-store)`), { tenancyRule: 'quota-store' })
+  }
+  const { release } = lease
+  const updates = except?.container !== undefined
+  const end = (status?: number): void => release(updates && status !== undefined && status >= 200 && status < 300 ? UPDATE_LINGER_SECONDS : 0)
+  call.settled.push(end)
+  return () => end()
+}
+
+function exceeds (q: Quota, u: Usage, adding: Usage): boolean {
+  return (q.containers !== undefined && adding.containers > 0 && u.containers + adding.containers > q.containers) ||
+    (q.memory !== undefined && adding.memory > 0 && u.memory + adding.memory > q.memory) ||
+    (q.nanoCpus !== undefined && adding.nanoCpus > 0 && u.nanoCpus + adding.nanoCpus > q.nanoCpus)
+}
+
+/** Throw the 403 naming the quota that `adding` on top of `now` (usage and reservations) passes. */
+function judge (call: Call, q: Quota, now: Usage, adding: Usage): void {
   const after = { containers: now.containers + adding.containers, memory: now.memory + adding.memory, nanoCpus: now.nanoCpus + adding.nanoCpus }
   if (q.containers !== undefined && adding.containers > 0 && after.containers > q.containers) {
     throw refuse('quota-containers', `quota exceeded for tenant ${call.tenant}: containers ${after.containers} > ${q.containers} (${now.containers} in use)`)
@@ -134,15 +191,6 @@ export async function checkQuota (call: Call, adding: Usage, except?: { containe
   if (q.nanoCpus !== undefined && adding.containers > 0 && adding.nanoCpus === 0) {
     throw refuse('quota-cpus', `tenant ${call.tenant} has a CPU quota: set a CPU limit (--cpus)`)
   }
-  // Admitted: held until the request is answered. An update or a scale holds its whole
-  // new usage, on top of the old one that other checks still list: counted twice for
-  // the moment, never not at all.
-  const held: Reservation = { ...adding }
-  cache.reserve(call.tenant, held)
-  const release = (): void => cache.release(call.tenant, held)
-  call.settled.push(release)
-  // Also for the caller to end it sooner, once what it admitted counts by itself.
-  return release
 }
 
 export async function checkVolumeQuota (call: Call, adding: number): Promise<void> {
