@@ -15,7 +15,7 @@ const SECRET = randomBytes(32).toString('hex')
 const TENANT = `race-${randomBytes(3).toString('hex')}`
 const TOKEN = jwt.sign({ sub: 'rita', tenant: TENANT, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 const IMAGE = engine().image
-const policyDir = policiesWithQuota(TENANT, '{ containers: 3, memory: 1GiB }')
+const policyDir = policiesWithQuota(TENANT, '{ containers: 3, memory: 1GiB, volumes: 2 }')
 
 let gw: TestGateway
 const mine = async (): Promise<string[]> => {
@@ -26,8 +26,13 @@ const create = async (memory: number): Promise<RawReply> =>
   await request(gw.socket, 'POST', '/v1.41/containers/create', { Image: IMAGE, Cmd: ['true'], HostConfig: { Memory: memory } }, { token: TOKEN })
 
 t.before(async () => { gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policyDir) })
+const myVolumes = async (): Promise<string[]> => {
+  const filters = encodeURIComponent(JSON.stringify({ label: [`io.portcullis.tenant=${TENANT}`] }))
+  return (((await request(engine().socket, 'GET', `/volumes?filters=${filters}`)).json as any).Volumes as any[] ?? []).map((v) => String(v.Name))
+}
 t.teardown(async () => {
   for (const id of await mine()) await request(engine().socket, 'DELETE', `/containers/${id}?force=1`)
+  for (const name of await myVolumes()) await request(engine().socket, 'DELETE', `/volumes/${name}?force=1`)
   await gw?.close()
 })
 
@@ -56,4 +61,16 @@ t.test('concurrent creates against the memory quota, and reservations let go', a
   // Nothing refused above is still held: the whole quota is free again.
   const again = await Promise.all([create(400 << 20), create(400 << 20)])
   t.same(again.map((a) => a.status), [201, 201], 'after removal, the quota is whole again')
+})
+
+t.test('10 concurrent volume creates against a quota of 2 volumes', async (t) => {
+  t.same(await myVolumes(), [], 'the tenant starts with no volume')
+  const answers = await Promise.all(Array.from({ length: 10 }, async (_, i) =>
+    await request(gw.socket, 'POST', '/v1.41/volumes/create', { Name: `${TENANT}-v${i}` }, { token: TOKEN })))
+  t.equal(answers.filter((a) => a.status === 201).length, 2, `exactly the quota was created (${answers.map((a) => a.status).join(' ')})`)
+  t.ok(answers.filter((a) => a.status !== 201).every((a) => a.status === 403 && /rule quota-volumes/.test(a.json?.message)), 'the rest refused naming the rule')
+  t.equal((await myVolumes()).length, 2, 'the engine holds 2 volumes of the tenant')
+  for (const name of await myVolumes()) await request(engine().socket, 'DELETE', `/volumes/${name}`)
+  const again = await request(gw.socket, 'POST', '/v1.41/volumes/create', { Name: `${TENANT}-again` }, { token: TOKEN })
+  t.equal(again.status, 201, 'refused creates hold nothing: after removal the quota is free')
 })

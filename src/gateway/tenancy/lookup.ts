@@ -60,7 +60,7 @@ export function ownerOf (labels: Labels): string | null {
 
 export interface Limits { readonly memory: number, readonly nanoCpus: number }
 /** Quota usage admitted for a request in flight. */
-export interface Reservation { readonly containers: number, readonly memory: number, readonly nanoCpus: number }
+export interface Reservation { readonly containers: number, readonly memory: number, readonly nanoCpus: number, readonly volumes?: number }
 
 export class OwnerCache {
   private readonly owners = new Map<string, string | null>()

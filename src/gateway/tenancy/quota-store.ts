@@ -116,6 +116,8 @@ export class QuotaStore {
           created_at timestamptz NOT NULL DEFAULT now(),
           expires_at timestamptz NOT NULL
         )`)
+        // Volumes are reserved too (a table made before they were has no such column).
+        await c.query(`ALTER TABLE ${QUOTA_TABLE} ADD COLUMN IF NOT EXISTS volumes bigint NOT NULL DEFAULT 0`)
         await c.query(`CREATE INDEX IF NOT EXISTS ${QUOTA_TABLE}_tenant ON ${QUOTA_TABLE} (tenant, expires_at)`)
         await c.query('COMMIT')
       } catch (err) {
@@ -161,8 +163,8 @@ export class QuotaStore {
       await client.query("SET LOCAL idle_in_transaction_session_timeout = '30s'")
       await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [lockKey(tenant)])
       await client.query(`DELETE FROM ${QUOTA_TABLE} WHERE tenant = $1 AND expires_at <= now()`, [tenant])
-      const sums = (await client.query(`SELECT coalesce(sum(containers), 0)::text AS containers, coalesce(sum(memory), 0)::text AS memory, coalesce(sum(nano_cpus), 0)::text AS nano_cpus FROM ${QUOTA_TABLE} WHERE tenant = $1`, [tenant])).rows[0]
-      const held: Reservation = { containers: Number(sums.containers), memory: Number(sums.memory), nanoCpus: Number(sums.nano_cpus) }
+      const sums = (await client.query(`SELECT coalesce(sum(containers), 0)::text AS containers, coalesce(sum(memory), 0)::text AS memory, coalesce(sum(nano_cpus), 0)::text AS nano_cpus, coalesce(sum(volumes), 0)::text AS volumes FROM ${QUOTA_TABLE} WHERE tenant = $1`, [tenant])).rows[0]
+      const held: Reservation = { containers: Number(sums.containers), memory: Number(sums.memory), nanoCpus: Number(sums.nano_cpus), volumes: Number(sums.volumes) }
       let adding: Reservation
       try {
         adding = await judge(held)
@@ -170,8 +172,8 @@ export class QuotaStore {
         throw new Judged(err)
       }
       const id = randomUUID()
-      await client.query(`INSERT INTO ${QUOTA_TABLE} (id, tenant, containers, memory, nano_cpus, operation, replica, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))`,
-        [id, tenant, Math.round(adding.containers), Math.round(adding.memory), Math.round(adding.nanoCpus), operation, this.replica, this.ttlSeconds])
+      await client.query(`INSERT INTO ${QUOTA_TABLE} (id, tenant, containers, memory, nano_cpus, volumes, operation, replica, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(secs => $9))`,
+        [id, tenant, Math.round(adding.containers), Math.round(adding.memory), Math.round(adding.nanoCpus), Math.round(adding.volumes ?? 0), operation, this.replica, this.ttlSeconds])
       await client.query('COMMIT')
       this.held.add(id)
       return { id, release: (lingerSeconds = 0) => this.release(id, lingerSeconds) }

@@ -195,7 +195,34 @@ function judge (call: Call, q: Quota, now: Usage, adding: Usage): void {
 
 export async function checkVolumeQuota (call: Call, adding: number): Promise<void> {
   const q = quotaFor(call.settings, call.tenant)
-  if (q.volumes === undefined || adding <= 0) return
-  const now = (await call.r.ownList('volume', call.tenant)).length
-  if (now + adding > q.volumes) throw refuse('quota-volumes', `quota exceeded for tenant ${call.tenant}: volumes ${now + adding} > ${q.volumes} (${now} in use)`)
+  const limit = q.volumes
+  if (limit === undefined || adding <= 0) return
+  const reservation: Reservation = { containers: 0, memory: 0, nanoCpus: 0, volumes: adding }
+  const judgeVolumes = (listed: number, held: number): void => {
+    const now = listed + held
+    if (now + adding > limit) throw refuse('quota-volumes', `quota exceeded for tenant ${call.tenant}: volumes ${now + adding} > ${limit} (${now} in use)`)
+  }
+  const volumesOf = (rs: Iterable<Reservation>): number => { let n = 0; for (const r of rs) n += r.volumes ?? 0; return n }
+  if (call.quotaStore) {
+    let lease
+    try {
+      lease = await call.quotaStore.admit(call.tenant, call.op.id, async (held) => {
+        judgeVolumes((await call.r.ownList('volume', call.tenant)).length, held.volumes ?? 0)
+        return reservation
+      })
+    } catch (err) {
+      if (!(err instanceof QuotaStoreError)) throw err
+      throw Object.assign(new GatewayError('QUOTA_STORE_UNAVAILABLE', `${call.op.id} refused for tenant ${call.tenant}: its quota cannot be checked, ${err.message} (rule quota-store)`), { tenancyRule: 'quota-store' })
+    }
+    call.settled.push(() => lease.release(0))
+    return
+  }
+  // Held until the request is answered, like a container's: concurrent creates count each
+  // other (what was held before the listing too: it may have been created and released since).
+  const cache = call.r.cache
+  const before = cache.reserved(call.tenant)
+  const listed = (await call.r.ownList('volume', call.tenant)).length
+  judgeVolumes(listed, volumesOf(new Set([...before, ...cache.reserved(call.tenant)])))
+  cache.reserve(call.tenant, reservation)
+  call.settled.push(() => cache.release(call.tenant, reservation))
 }
