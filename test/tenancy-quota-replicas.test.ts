@@ -154,7 +154,7 @@ t.test('the store itself: admissions of a tenant take turns across replicas, wai
   const b = await QuotaStore.open(settings, log)
   t.teardown(async () => { await a.close(); await b.close() })
   const tenant = `rep-store-${RUN}`
-  const one = { containers: 1, memory: 0, nanoCpus: 0 }
+  const one = { containers: 1, memory: 0, nanoCpus: 0, volumes: 0 }
   const order: string[] = []
   // a's judge takes its time; b's starts only after a committed, and sees a's reservation.
   let seenByB: unknown
@@ -168,7 +168,7 @@ t.test('the store itself: admissions of a tenant take turns across replicas, wai
   await sleep(3000)
   let held: unknown
   await t.rejects(b.admit(tenant, 'ContainerCreate', async (h) => { held = h; throw new Error('refused') }), /refused/, 'what judge throws is passed on')
-  t.same(held, { containers: 2, memory: 0, nanoCpus: 0 }, 'both reservations outlived their TTL: renewed')
+  t.same(held, { containers: 2, memory: 0, nanoCpus: 0, volumes: 0 }, 'both reservations outlived their TTL: renewed')
   leaseA.release()
   leaseB.release()
   leaseB.release()
