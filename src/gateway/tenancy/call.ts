@@ -8,7 +8,7 @@ import { GatewayError } from '../errors'
 import type { TenancySettings } from '../../policy/tenancy'
 import { isJsonNumber } from '../../policy/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
-import type { Credentials } from './credentials'
+import type { Credentials } from '../../config'
 import type { ObjectKind, Resolver } from './lookup'
 import { familiar, parseImageRef } from './images'
 

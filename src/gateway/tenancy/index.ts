@@ -13,12 +13,11 @@ import type { PatchOp } from '../../policy/rewrite'
 import { GatewayError } from '../errors'
 import type { Upstream } from '../upstream'
 import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
-import { Credentials } from './credentials'
+import type { Credentials } from '../../config'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
 import { podmanMissing, type MissingRef } from './podman'
 
-export { Credentials, loadCredentials } from './credentials'
 export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
 
 export interface Scoped {
