@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import {
   ConfigError,
   defaultConfig,
+  defaultMtlsMapping,
   describeConfig,
   loadConfig,
   parseConfig,
@@ -126,6 +127,46 @@ t.test('built-in defaults', async (t) => {
   const blank = parseConfig('api:\nlimits:\nauth:\nmetrics:\n', join(dir, 'p.yaml'));
   t.same(blank.api, c.api);
   t.same(blank.auth, {});
+});
+
+t.test('the schema\'s defaults are the ones the hand-written validation gave', async (t) => {
+  // Pinned in full: the defaults now come from schema.ts (ajv useDefaults), and
+  // these are the values src/config/validate.ts filled in before it.
+  const dir = shortDir(t, {});
+  const file = join(dir, 'p.yaml');
+  const minimal = parseConfig('log:\n', file);
+  t.strictSame(JSON.parse(JSON.stringify(minimal)), {
+    source: file,
+    upstreamFrom: 'default',
+    listen: [
+      { kind: 'unix', name: `unix:${join(dir, 'portcullis.sock')}`, path: join(dir, 'portcullis.sock'), mode: 0o600, identity: { subject: userInfo().username, roles: ['admin'] } },
+      { kind: 'tcp', name: 'tcp:127.0.0.1:2375', host: '127.0.0.1', port: 2375 },
+    ],
+    upstream: { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' },
+    api: { minVersion: '1.24', maxVersion: '1.56' },
+    limits: { jsonBodyBytes: 1048576 },
+    auth: {},
+    policy: { dir: join(dir, 'policies') },
+    audit: { file: join(dir, 'audit.jsonl'), stdout: false, level: 'metadata' },
+    metrics: {},
+    registries: { credentials: null },
+    log: { level: 'info' },
+    shutdown: { graceSeconds: 10 },
+  }, 'a file that sets nothing');
+  t.strictSame(JSON.parse(JSON.stringify(defaultConfig(dir))), { ...JSON.parse(JSON.stringify(minimal)), source: null }, 'no file at all');
+
+  // Defaults below the top level, filled in when their parent is given.
+  const nested = parseConfig(`listen: [{ unix: s.sock, identity: { subject: a } }]
+auth: { mtls: { roles: OU } }
+policy: { database: { url: "postgres://h/db" } }
+audit: { transport: { target: x } }
+`, file);
+  t.strictSame({ ...nested.listen[0]?.identity }, { subject: 'a', roles: [] }, 'identity.roles: none');
+  t.strictSame(JSON.parse(JSON.stringify(nested.auth.mtls)), { subject: ['CN'], tenant: ['O'], roles: ['OU'] }, 'auth.mtls: subject CN, tenant O');
+  t.strictSame(defaultMtlsMapping(), { subject: ['CN'], tenant: ['O'], roles: [] }, 'auth.mtls left out: the same defaults');
+  t.equal(nested.policy.database?.channel, 'portcullis_policy', 'policy.database.channel');
+  t.strictSame(JSON.parse(JSON.stringify(nested.audit)), { file: join(dir, 'audit.jsonl'), stdout: false, level: 'metadata', transport: { target: 'x' } }, 'audit: fsync, onFailure, redactEnv and rotate stay absent');
+  t.match(describeConfig(nested)['audit'], { fsync: false, onFailure: 'closed', redactEnv: true, rotate: {} }, 'and are shown with the defaults src/audit applies');
 });
 
 t.test('a full valid file', { skip: OPENSSL ? false : 'openssl not available' }, async (t) => {
@@ -808,6 +849,29 @@ t.test('misc types and nulls', async (t) => {
 
   const noFile = parseConfig('audit: { file: null, stdout: true }\n', '/p.yaml');
   t.same(noFile.audit, { stdout: true, level: 'metadata' }, 'audit.file: null turns the file off');
+});
+
+t.test('schema problems: one per value, in the words of the branch it was meant for', async (t) => {
+  const bad = (yaml: string): string[] => problemsOf(() => parseConfig(yaml, '/etc/portcullis/p.yaml'));
+  t.same(bad('policy: { database: { url: "postgres://h/db", channel: "" } }\n'), ['policy.database.channel: must not be empty'], 'not also "must be a PostgreSQL identifier"');
+  t.same(bad('auth: { mtls: { roles: [CN, 3] } }\n'), ['auth.mtls.roles[1]: expected a string, got number 3'], 'not also "unknown attribute"');
+  t.same(bad('auth: { jwt: { secret: s, audience: [a, ""] } }\n'), ['auth.jwt.audience[1]: must not be empty'], 'a list: the list branch of string | list');
+  t.same(bad('auth: { jwt: { secret: s, audience: 5 } }\n'), ['auth.jwt.audience: expected a string or a list of strings, got number 5'], 'neither: both named');
+  t.same(bad('upstream: { url: 5 }\n'), ['upstream.url: expected a string, got number 5'], 'a mapping: the mapping branch of url | mapping');
+  t.same(bad('audit: { file: 5 }\n'), ['audit.file: expected a string, got number 5'], 'null, which turns the file off, is not offered');
+  t.same(bad('listen:\n  - { unix: /s, group: [a] }\n'), ['listen[0].group: expected a group name or a gid between 0 and 4294967294, got a list']);
+  t.same(bad('listen:\n  - { tcp: [a] }\n'), ['listen[0].tcp: expected host:port, got a list (quote IPv6 addresses in YAML: "[::1]:2375")']);
+  // The file's upstream is checked even where --upstream replaces it: `config check` names every mistake in the file.
+  t.same(problemsOf(() => parseConfig('upstream: 5\n', '/etc/portcullis/p.yaml', { flag: 'unix:///srv/docker.sock' })), [
+    'upstream: expected a URL (unix:///path or tcp://host:port) or a mapping with url and tls, got number 5',
+  ]);
+  // Problems are listed section by section, whether the schema or a later check found them.
+  t.same(bad('log: { level: loud }\nupstream: ftp://h:1\nlisten: [{ tcp: abc }]\nzz: 1\n'), [
+    'zz: unknown key',
+    'listen[0].tcp: expected host:port, got "abc"',
+    'upstream: unsupported scheme "ftp://" in "ftp://h:1", expected unix:// or tcp:// (http:// and https:// are also accepted)',
+    'log.level: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"',
+  ]);
 });
 
 t.test('ConfigError', async (t) => {

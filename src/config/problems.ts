@@ -43,7 +43,7 @@ export function isMapping (v: unknown): v is { [key: string]: unknown } {
 /** Short description of a value for "got ..." in messages. */
 export function shown (v: unknown): string {
   if (v === null || v === undefined) return 'nothing (null)'
-  if (Array.isArray(v)) return v.length === 0 ? 'an empty list' : 'a list'
+  if (Array.isArray(v)) return 'a list'
   if (isMapping(v)) return 'a mapping'
   if (typeof v === 'string') return JSON.stringify(v.length > 80 ? `${v.slice(0, 77)}...` : v)
   if (typeof v === 'number' || typeof v === 'boolean') return `${typeof v} ${String(v)}`

@@ -58,19 +58,31 @@ export interface UpstreamOverrides {
 
 const checkFile = compile(S.ConfigFile)
 
+/** Where a problem is listed: unknown top-level keys first, then by section in the schema's order. */
+const SECTION_ORDER = ['listen', 'upstream', ...Object.keys(S.ConfigFile.properties)]
+function rank (at: At): number {
+  const key = at.keys[0] === '--upstream' || at.keys[0] === 'DOCKER_HOST' ? 'upstream' : String(at.keys[0])
+  return SECTION_ORDER.indexOf(key)
+}
+
 class Ctx {
-  readonly problems: string[]
+  private readonly found: SchemaProblem[]
   private readonly bad: At[]
   private groups: Map<string, number> | string | undefined
   constructor (readonly opts: ValidateOptions, schemaProblems: SchemaProblem[]) {
-    this.problems = schemaProblems.map((p) => `${p.at}: ${p.message}`)
+    this.found = [...schemaProblems]
     this.bad = schemaProblems.filter((p) => p.message !== 'unknown key').map((p) => p.at)
   }
 
   /** Records a problem; returns undefined, for `return ctx.problem(...)` where a value was expected. */
   problem (at: At, message: string): undefined {
-    this.problems.push(`${at}: ${message}`)
+    this.found.push({ at, message })
     return undefined
+  }
+
+  /** Every problem, those of the schema and those found after it, section by section. */
+  problems (): string[] {
+    return this.found.map((p, i) => ({ p, i, r: rank(p.at) })).sort((a, b) => a.r - b.r || a.i - b.i).map(({ p }) => `${p.at}: ${p.message}`)
   }
 
   /** The value at `at` has the type the schema wants (what is below it may not). */
@@ -517,7 +529,8 @@ function metrics (ctx: Ctx, m: Static<typeof S.Metrics>): Config['metrics'] {
   const address = ctx.given(at, m, 'listen')
   const listen = address === undefined ? undefined : hostPort(ctx, at.k('listen'), address)
   const seen = new Set<string>()
-  if (m.tenants === undefined || !ctx.usable(at.k('tenants'))) return { ...(listen ? { listen } : {}) }
+  // Listed names are checked even when there are too many of them.
+  if (!Array.isArray(m.tenants)) return { ...(listen ? { listen } : {}) }
   m.tenants.forEach((name, i) => {
     if (!ctx.usable(at.k('tenants').i(i))) return
     if (RESERVED_TENANT_LABELS.includes(name)) {
@@ -556,7 +569,10 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
   const registries: Config['registries'] = { credentials: null }
   if (credentials !== undefined) {
     const path = ctx.path(credentials)
-    registries.credentials = { file: path, loaded: loadCredentials(path, 'registries.credentials', ctx.problems) }
+    const at = new At(['registries', 'credentials'])
+    const problems: string[] = []
+    registries.credentials = { file: path, loaded: loadCredentials(path, String(at), problems) }
+    for (const p of problems) ctx.problem(at, p.slice(`${at}: `.length))
   }
 
   // Conflicts between sections.
@@ -595,5 +611,5 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     log: file.log,
     shutdown: file.shutdown,
   }
-  return { config, problems: ctx.problems }
+  return { config, problems: ctx.problems() }
 }

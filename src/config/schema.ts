@@ -178,7 +178,7 @@ const X509Attribute = Type.Unsafe<string>({
 const Attributes = (d: string[], o: Options = {}) => Type.Union([
   X509Attribute,
   Type.Array(X509Attribute, { uniqueItems: true, messages: { uniqueItems: 'names an attribute more than once' }, ...o }),
-], { default: d })
+], { default: d, expected: 'an X.509 subject attribute name or a list of them' })
 
 /**
  * `auth.mtls`: which subject attributes of a verified client certificate give the
@@ -290,7 +290,12 @@ export const Shutdown = Type.Object({
 
 /** The whole file. */
 export const ConfigFile = Type.Object({
-  listen: Type.Array(Listener, { minItems: 1, default: DEFAULT_LISTENERS, expected: 'a non-empty list of listeners' }),
+  listen: Type.Array(Listener, {
+    minItems: 1,
+    default: DEFAULT_LISTENERS,
+    expected: 'a non-empty list of listeners',
+    messages: { minItems: 'expected a non-empty list of listeners, got an empty list' },
+  }),
   upstream: Type.Optional(Upstream),
   api: Api,
   limits: Limits,
