@@ -9,7 +9,8 @@ import { operations } from '../src/api/catalog/operations'
 import { handlers } from '../src/gateway/tenancy/operations'
 import { parseFilters, serializeFilters, withLabel } from '../src/gateway/tenancy/filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from '../src/gateway/tenancy/images'
-import { loadCredentials } from '../src/gateway/tenancy/credentials'
+import { loadCredentials } from '../src/config'
+import { registryAuthHeader } from '../src/gateway/tenancy/registry-auth'
 import { compileTenancy, parseBytes, quotaFor, registryAllowed, DEFAULT_TENANCY } from '../src/policy/tenancy'
 import { GatewayError } from '../src/api/errors'
 import { OwnerCache, SWARM_SERVICE_LABEL, TENANT_LABEL } from '../src/gateway/tenancy/lookup'
@@ -104,10 +105,10 @@ t.test('registry credentials: the file must be private; its content is checked',
   t.same(problems, ['registries.credentials: ' + file + ': team-b.r.example: give username and password, or identitytoken'])
   t.same(c.get('team-a', '127.0.0.1:5000'), { username: 'u', password: 'p' })
   t.equal(c.get('team-b', '127.0.0.1:5000'), undefined)
-  t.same(JSON.parse(Buffer.from(c.header(c.get('team-a', '127.0.0.1:5000'), '127.0.0.1:5000'), 'base64url').toString()), { username: 'u', password: 'p', serveraddress: '127.0.0.1:5000' })
-  t.equal(c.header(undefined, 'x'), 'e30=', 'no credentials: an empty auth, padded, as the CLI sends it')
-  t.match(c.header({ username: 'ab', password: 'c' }, 'r'), /^[A-Za-z0-9_-]+=*$/, 'URL-safe alphabet')
-  t.equal(c.header({ username: 'ab', password: 'c' }, 'r').length % 4, 0, 'padded: the engine ignores unpadded credentials')
+  t.same(JSON.parse(Buffer.from(registryAuthHeader(c.get('team-a', '127.0.0.1:5000'), '127.0.0.1:5000'), 'base64url').toString()), { username: 'u', password: 'p', serveraddress: '127.0.0.1:5000' })
+  t.equal(registryAuthHeader(undefined, 'x'), 'e30=', 'no credentials: an empty auth, padded, as the CLI sends it')
+  t.match(registryAuthHeader({ username: 'ab', password: 'c' }, 'r'), /^[A-Za-z0-9_-]+=*$/, 'URL-safe alphabet')
+  t.equal(registryAuthHeader({ username: 'ab', password: 'c' }, 'r').length % 4, 0, 'padded: the engine ignores unpadded credentials')
   t.same(c.describe(), { 'team-a': ['127.0.0.1:5000', 'docker.io'], 'team-b': [] }, 'described without values')
   fs.chmodSync(file, 0o644)
   const open: string[] = []

@@ -1,17 +1,19 @@
 /**
  * Portcullis configuration: loading, validation and defaults.
  *
- * The YAML key names are a public contract; see validate.ts for the rules and
- * README-style notes on each section. Every Config handed out is deeply frozen
- * (TLS key material Buffers excepted: Node cannot freeze typed arrays).
+ * The YAML key names are a public contract, declared once in schema.ts (types,
+ * defaults, validation, the words of its problems); resolve.ts checks what a schema
+ * cannot and resolves paths, files and addresses. Every Config handed out is deeply
+ * frozen (TLS key material Buffers excepted: Node cannot freeze typed arrays).
  */
-import { readFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { isScalar, parseDocument, type Document } from 'yaml';
-import { formatHostPort } from './addresses';
-import { errorCode } from './files';
-import { AUDIT_DEFAULTS, validate, type UpstreamOverrides } from './validate';
-import type { Config, JsonObject, ListenerConfig, TlsFiles, UpstreamConfig } from './types';
+import { readFileSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
+import { isScalar, parseDocument, type Document } from 'yaml'
+import { formatHostPort } from './addresses'
+import { errorCode } from './files'
+import { validate, type UpstreamOverrides } from './resolve'
+import { AUDIT_DEFAULTS } from './schema'
+import type { Config, JsonObject, ListenerConfig, TlsFiles, UpstreamConfig } from './types'
 
 export type {
   AuditConfig,
@@ -28,6 +30,8 @@ export type {
   ListenerConfig,
   LogLevel,
   MtlsMappingConfig,
+  PolicyConfig,
+  PolicyDatabaseConfig,
   TcpListenerConfig,
   TcpUpstreamConfig,
   TlsFiles,
@@ -36,32 +40,43 @@ export type {
   UnixUpstreamConfig,
   UpstreamConfig,
   UpstreamSource,
-} from './types';
-export type { UpstreamOverrides } from './validate';
-export { formatHostPort, parseHostPort, type HostPort } from './addresses';
-export { AUDIT_DEFAULTS, AUDIT_FAILURE_POLICIES } from './validate';
-export { API_MINOR_MAX, API_MINOR_MIN, AUDIT_LEVELS, HMAC_ALGORITHMS, JWT_ALGORITHMS, LOG_LEVELS, X509_SUBJECT_ATTRIBUTES, defaultMtlsMapping } from './validate';
+} from './types'
+export type { UpstreamOverrides } from './resolve'
+export { formatHostPort, parseHostPort, type HostPort } from './addresses'
+export { Credentials, loadCredentials, type RegistryAuth } from './credentials'
+export {
+  API_MINOR_MAX,
+  API_MINOR_MIN,
+  AUDIT_DEFAULTS,
+  AUDIT_FAILURE_POLICIES,
+  AUDIT_LEVELS,
+  HMAC_ALGORITHMS,
+  JWT_ALGORITHMS,
+  LOG_LEVELS,
+  X509_SUBJECT_ATTRIBUTES,
+  defaultMtlsMapping,
+} from './schema'
 
 /** Thrown when a configuration is invalid; `problems` lists every problem found, each prefixed by its key path. */
 export class ConfigError extends Error {
-  readonly problems: string[];
-  constructor(problems: string[], source: string | null = null) {
-    const where = source === null ? 'built-in defaults' : source;
-    const n = problems.length;
-    super(`invalid configuration (${where}), ${n} problem${n === 1 ? '' : 's'}:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
-    this.name = 'ConfigError';
-    this.problems = [...problems];
+  readonly problems: string[]
+  constructor (problems: string[], source: string | null = null) {
+    const where = source === null ? 'built-in defaults' : source
+    const n = problems.length
+    super(`invalid configuration (${where}), ${n} problem${n === 1 ? '' : 's'}:\n${problems.map((p) => `  - ${p}`).join('\n')}`)
+    this.name = 'ConfigError'
+    this.problems = [...problems]
   }
 }
 
 /** Freezes an object graph in place. Buffers (typed arrays) cannot be frozen and are left as they are. */
-function deepFreeze<T>(value: T): T {
-  if (typeof value !== 'object' || value === null || ArrayBuffer.isView(value) || Object.isFrozen(value)) return value;
-  Object.freeze(value);
+function deepFreeze<T> (value: T): T {
+  if (typeof value !== 'object' || value === null || ArrayBuffer.isView(value) || Object.isFrozen(value)) return value
+  Object.freeze(value)
   for (const key of Object.keys(value)) {
-    deepFreeze((value as { [key: string]: unknown })[key]);
+    deepFreeze((value as { [key: string]: unknown })[key])
   }
-  return value;
+  return value
 }
 
 /**
@@ -76,10 +91,10 @@ function deepFreeze<T>(value: T): T {
  * Throws ConfigError if the default socket path would be too long for a unix socket,
  * or if the given upstream is invalid or is the gateway's own listener.
  */
-export function defaultConfig(cwd: string = process.cwd(), upstream?: UpstreamOverrides): Config {
-  const { config, problems } = validate({}, null, { baseDir: resolve(cwd), ...(upstream !== undefined ? { upstream } : {}) });
-  if (problems.length > 0) throw new ConfigError(problems, null);
-  return deepFreeze(config);
+export function defaultConfig (cwd: string = process.cwd(), upstream?: UpstreamOverrides): Config {
+  const { config, problems } = validate({}, null, { baseDir: resolve(cwd), ...(upstream !== undefined ? { upstream } : {}) })
+  if (problems.length > 0) throw new ConfigError(problems, null)
+  return deepFreeze(config)
 }
 
 /**
@@ -87,160 +102,160 @@ export function defaultConfig(cwd: string = process.cwd(), upstream?: UpstreamOv
  * problem. `upstream`: `--upstream` (replaces the file's) and DOCKER_HOST (used when
  * the file has none).
  */
-export function loadConfig(file: string, upstream?: UpstreamOverrides): Config {
-  const path = resolve(file);
-  let text: string;
+export function loadConfig (file: string, upstream?: UpstreamOverrides): Config {
+  const path = resolve(file)
+  let text: string
   try {
-    text = readFileSync(path, 'utf8');
+    text = readFileSync(path, 'utf8')
   } catch (err) {
-    throw new ConfigError([`${path}: cannot read config file (${errorCode(err)})`], path);
+    throw new ConfigError([`${path}: cannot read config file (${errorCode(err)})`], path)
   }
-  return parseConfig(text, path, upstream);
+  return parseConfig(text, path, upstream)
 }
 
 /** First line of a yaml library error, without the code excerpt prettyErrors appends. */
-function yamlMessage(kind: string, message: string): string {
-  const first = (message.split('\n')[0] ?? message).replace(/:\s*$/, '');
-  return `${kind}: ${first}`;
+function yamlMessage (kind: string, message: string): string {
+  const first = (message.split('\n')[0] ?? message).replace(/:\s*$/, '')
+  return `${kind}: ${first}`
 }
 
 /**
  * Parses and validates YAML text. `source` is the file the text came from;
  * relative paths resolve against its directory. Throws ConfigError listing every problem.
  */
-export function parseConfig(text: string, source: string, upstream?: UpstreamOverrides): Config {
-  const file = resolve(source);
-  const doc: Document.Parsed = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+export function parseConfig (text: string, source: string, upstream?: UpstreamOverrides): Config {
+  const file = resolve(source)
+  const doc: Document.Parsed = parseDocument(text, { prettyErrors: true, uniqueKeys: true })
   const problems: string[] = [
     ...doc.errors.map((e) => yamlMessage('yaml syntax error', e.message)),
     ...doc.warnings.map((e) => yamlMessage('yaml', e.message)),
-  ];
-  if (problems.length > 0) throw new ConfigError(problems, file);
-  if (doc.contents === null) throw new ConfigError(['(root): the configuration is empty; expected a mapping such as "listen: ..."'], file);
+  ]
+  if (problems.length > 0) throw new ConfigError(problems, file)
+  if (doc.contents === null) throw new ConfigError(['(root): the configuration is empty; expected a mapping such as "listen: ..."'], file)
 
-  let value: unknown;
+  let value: unknown
   try {
-    value = doc.toJS({ maxAliasCount: 100 });
+    value = doc.toJS({ maxAliasCount: 100 })
   } catch (err) {
-    throw new ConfigError([yamlMessage('yaml', err instanceof Error ? err.message : String(err))], file);
+    throw new ConfigError([yamlMessage('yaml', err instanceof Error ? err.message : String(err))], file)
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    const got = Array.isArray(value) ? 'a list' : value === null ? 'null' : `${typeof value} ${JSON.stringify(value)}`;
-    throw new ConfigError([`(root): expected a mapping at the top level, got ${got}`], file);
+    const got = Array.isArray(value) ? 'a list' : value === null ? 'null' : `${typeof value} ${JSON.stringify(value)}`
+    throw new ConfigError([`(root): expected a mapping at the top level, got ${got}`], file)
   }
 
   const result = validate(value as { [key: string]: unknown }, file, {
     baseDir: dirname(file),
     ...(upstream !== undefined ? { upstream } : {}),
     sourceOf: (keys) => {
-      const node = doc.getIn(keys, true);
-      return isScalar(node) && typeof node.source === 'string' ? node.source : undefined;
+      const node = doc.getIn(keys, true)
+      return isScalar(node) && typeof node.source === 'string' ? node.source : undefined
     },
-  });
-  if (result.problems.length > 0) throw new ConfigError(result.problems, file);
-  return deepFreeze(result.config);
+  })
+  if (result.problems.length > 0) throw new ConfigError(result.problems, file)
+  return deepFreeze(result.config)
 }
 
 // ---------------------------------------------------------------------------
 // describeConfig
 
-function tlsSummary(t: TlsFiles): JsonObject {
-  const out: JsonObject = { cert: t.cert, key: t.key };
-  if (t.ca !== undefined) out['ca'] = t.ca;
-  return out;
+function tlsSummary (t: TlsFiles): JsonObject {
+  const out: JsonObject = { cert: t.cert, key: t.key }
+  if (t.ca !== undefined) out['ca'] = t.ca
+  return out
 }
 
-function listenerSummary(l: ListenerConfig): JsonObject {
-  const out: JsonObject = { kind: l.kind, name: l.name };
+function listenerSummary (l: ListenerConfig): JsonObject {
+  const out: JsonObject = { kind: l.kind, name: l.name }
   if (l.kind === 'unix') {
-    out['path'] = l.path;
-    if (l.mode !== undefined) out['mode'] = `0${l.mode.toString(8).padStart(3, '0')}`;
-    if (l.group !== undefined) out['group'] = l.group;
-    if (l.gid !== undefined) out['gid'] = l.gid;
+    out['path'] = l.path
+    if (l.mode !== undefined) out['mode'] = `0${l.mode.toString(8).padStart(3, '0')}`
+    if (l.group !== undefined) out['group'] = l.group
+    if (l.gid !== undefined) out['gid'] = l.gid
   } else {
-    out['address'] = formatHostPort(l);
+    out['address'] = formatHostPort(l)
     if (l.tls !== undefined) {
-      out['tls'] = { ...tlsSummary(l.tls), clientCertificates: l.tls.ca !== undefined ? 'required' : 'not requested' };
+      out['tls'] = { ...tlsSummary(l.tls), clientCertificates: l.tls.ca !== undefined ? 'required' : 'not requested' }
     }
   }
   if (l.identity !== undefined) {
-    const id: JsonObject = { subject: l.identity.subject, roles: [...l.identity.roles] };
-    if (l.identity.tenant !== undefined) id['tenant'] = l.identity.tenant;
-    out['identity'] = id;
+    const id: JsonObject = { subject: l.identity.subject, roles: [...l.identity.roles] }
+    if (l.identity.tenant !== undefined) id['tenant'] = l.identity.tenant
+    out['identity'] = id
   }
-  if (l.anonymous !== undefined) out['anonymous'] = l.anonymous;
-  return out;
+  if (l.anonymous !== undefined) out['anonymous'] = l.anonymous
+  return out
 }
 
-function upstreamSummary(u: UpstreamConfig): JsonObject {
-  const out: JsonObject = { kind: u.kind, url: u.url };
-  if (u.kind === 'tcp' && u.tls !== undefined) out['tls'] = tlsSummary(u.tls);
-  return out;
+function upstreamSummary (u: UpstreamConfig): JsonObject {
+  const out: JsonObject = { kind: u.kind, url: u.url }
+  if (u.kind === 'tcp' && u.tls !== undefined) out['tls'] = tlsSummary(u.tls)
+  return out
 }
 
 /** The audit section with every default filled in; transport options show their keys only (they may hold credentials). */
-function auditSummary(a: Config['audit']): JsonObject {
-  const out: JsonObject = { level: a.level, stdout: a.stdout === true };
-  if (a.file !== undefined) out['file'] = a.file;
+function auditSummary (a: Config['audit']): JsonObject {
+  const out: JsonObject = { level: a.level, stdout: a.stdout === true }
+  if (a.file !== undefined) out['file'] = a.file
   if (a.transport !== undefined) {
-    out['transport'] = { target: a.transport.target, options: Object.keys(a.transport.options ?? {}).map((k) => `${k}: <set>`) };
+    out['transport'] = { target: a.transport.target, options: Object.keys(a.transport.options ?? {}).map((k) => `${k}: <set>`) }
   }
-  const rotate: JsonObject = {};
-  const maxBytes = a.rotate?.maxBytes ?? AUDIT_DEFAULTS.rotate.maxBytes;
-  const maxAge = a.rotate?.maxAgeSeconds ?? AUDIT_DEFAULTS.rotate.maxAgeSeconds;
-  if (maxBytes !== undefined) rotate['maxBytes'] = maxBytes;
-  if (maxAge !== undefined) rotate['maxAgeSeconds'] = maxAge;
-  out['rotate'] = rotate;
-  out['fsync'] = a.fsync ?? AUDIT_DEFAULTS.fsync;
-  out['onFailure'] = a.onFailure ?? AUDIT_DEFAULTS.onFailure;
-  out['redactEnv'] = a.redactEnv ?? AUDIT_DEFAULTS.redactEnv;
-  return out;
+  const rotate: JsonObject = {}
+  const maxBytes = a.rotate?.maxBytes ?? AUDIT_DEFAULTS.rotate.maxBytes
+  const maxAge = a.rotate?.maxAgeSeconds ?? AUDIT_DEFAULTS.rotate.maxAgeSeconds
+  if (maxBytes !== undefined) rotate['maxBytes'] = maxBytes
+  if (maxAge !== undefined) rotate['maxAgeSeconds'] = maxAge
+  out['rotate'] = rotate
+  out['fsync'] = a.fsync ?? AUDIT_DEFAULTS.fsync
+  out['onFailure'] = a.onFailure ?? AUDIT_DEFAULTS.onFailure
+  out['redactEnv'] = a.redactEnv ?? AUDIT_DEFAULTS.redactEnv
+  return out
 }
 
 /**
  * A JSON-safe summary of a Config for start-up logging: no key material, and
  * the JWT secret replaced by "<redacted>".
  */
-export function describeConfig(c: Config): JsonObject {
+export function describeConfig (c: Config): JsonObject {
   const out: JsonObject = {
     source: c.source,
     listen: c.listen.map(listenerSummary),
     upstream: { ...upstreamSummary(c.upstream), ...(c.upstreamFrom !== undefined ? { from: c.upstreamFrom } : {}) },
     api: { minVersion: c.api.minVersion, maxVersion: c.api.maxVersion },
     limits: { jsonBodyBytes: c.limits.jsonBodyBytes },
-  };
-  const auth: JsonObject = {};
-  const j = c.auth.jwt;
+  }
+  const auth: JsonObject = {}
+  const j = c.auth.jwt
   if (j !== undefined) {
-    const jwt: JsonObject = {};
-    if (j.secret !== undefined) jwt['secret'] = '<redacted>';
-    if (j.publicKeyFile !== undefined) jwt['publicKeyFile'] = j.publicKeyFile;
-    if (j.jwksFile !== undefined) jwt['jwksFile'] = j.jwksFile;
-    if (j.issuer !== undefined) jwt['issuer'] = j.issuer;
-    if (j.audience !== undefined) jwt['audience'] = typeof j.audience === 'string' ? j.audience : [...j.audience];
-    if (j.algorithms !== undefined) jwt['algorithms'] = [...j.algorithms];
-    if (j.clockToleranceSeconds !== undefined) jwt['clockToleranceSeconds'] = j.clockToleranceSeconds;
-    if (j.requireExp !== undefined) jwt['requireExp'] = j.requireExp;
+    const jwt: JsonObject = {}
+    if (j.secret !== undefined) jwt['secret'] = '<redacted>'
+    if (j.publicKeyFile !== undefined) jwt['publicKeyFile'] = j.publicKeyFile
+    if (j.jwksFile !== undefined) jwt['jwksFile'] = j.jwksFile
+    if (j.issuer !== undefined) jwt['issuer'] = j.issuer
+    if (j.audience !== undefined) jwt['audience'] = typeof j.audience === 'string' ? j.audience : [...j.audience]
+    if (j.algorithms !== undefined) jwt['algorithms'] = [...j.algorithms]
+    if (j.clockToleranceSeconds !== undefined) jwt['clockToleranceSeconds'] = j.clockToleranceSeconds
+    if (j.requireExp !== undefined) jwt['requireExp'] = j.requireExp
     if (j.claims !== undefined) {
-      const claims: JsonObject = {};
-      for (const [k, v] of Object.entries(j.claims)) if (typeof v === 'string') claims[k] = v;
-      jwt['claims'] = claims;
+      const claims: JsonObject = {}
+      for (const [k, v] of Object.entries(j.claims)) if (typeof v === 'string') claims[k] = v
+      jwt['claims'] = claims
     }
-    auth['jwt'] = jwt;
+    auth['jwt'] = jwt
   }
   if (c.auth.mtls !== undefined) {
-    auth['mtls'] = { subject: [...c.auth.mtls.subject], tenant: [...c.auth.mtls.tenant], roles: [...c.auth.mtls.roles] };
+    auth['mtls'] = { subject: [...c.auth.mtls.subject], tenant: [...c.auth.mtls.tenant], roles: [...c.auth.mtls.roles] }
   }
-  out['auth'] = auth;
+  out['auth'] = auth
   // The database by where it is, never by its connection string (it may hold the password).
-  out['policy'] = { dir: c.policy.dir, ...(c.policy.database ? { database: { where: c.policy.database.where, channel: c.policy.database.channel } } : {}) };
-  out['audit'] = auditSummary(c.audit);
-  const metrics: JsonObject = {};
-  if (c.metrics.listen !== undefined) metrics['listen'] = formatHostPort(c.metrics.listen);
-  if (c.metrics.tenants !== undefined) metrics['tenants'] = [...c.metrics.tenants];
-  out['metrics'] = metrics;
-  if (c.registries.credentials) out['registries'] = { credentials: c.registries.credentials.file, tenants: c.registries.credentials.loaded.describe() };
-  out['log'] = { level: c.log.level };
-  out['shutdown'] = { graceSeconds: c.shutdown.graceSeconds };
-  return out;
+  out['policy'] = { dir: c.policy.dir, ...(c.policy.database ? { database: { where: c.policy.database.where, channel: c.policy.database.channel } } : {}) }
+  out['audit'] = auditSummary(c.audit)
+  const metrics: JsonObject = {}
+  if (c.metrics.listen !== undefined) metrics['listen'] = formatHostPort(c.metrics.listen)
+  if (c.metrics.tenants !== undefined) metrics['tenants'] = [...c.metrics.tenants]
+  out['metrics'] = metrics
+  if (c.registries.credentials) out['registries'] = { credentials: c.registries.credentials.file, tenants: c.registries.credentials.loaded.describe() }
+  out['log'] = { level: c.log.level }
+  out['shutdown'] = { graceSeconds: c.shutdown.graceSeconds }
+  return out
 }

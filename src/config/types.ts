@@ -1,195 +1,112 @@
-import type { Credentials } from '../gateway/tenancy/credentials';
 /**
- * Public types of the Portcullis configuration module.
+ * Public types of the Portcullis configuration module: the file's sections as
+ * schema.ts declares them (Static<>), and the resolved forms of those that
+ * resolve.ts turns into something else (listeners, upstream, TLS material,
+ * host:port addresses, the policy database's place).
  *
  * Every path in a loaded Config is absolute. Every object in a Config returned
  * by this module is frozen (Buffers excepted: Node cannot freeze typed arrays).
  */
+import type { Static } from '@sinclair/typebox'
+import type { HostPort } from './addresses'
+import type { Credentials } from './credentials'
+import type * as S from './schema'
 
-export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-export type AuditLevel = 'metadata' | 'request';
-export type AuditFailurePolicy = 'closed' | 'open';
+export type LogLevel = (typeof S.LOG_LEVELS)[number]
+export type AuditLevel = (typeof S.AUDIT_LEVELS)[number]
+export type AuditFailurePolicy = (typeof S.AUDIT_FAILURE_POLICIES)[number]
 
-/**
- * `audit`: the compliance audit trail (src/audit, docs/audit.md). Keys left out of the
- * file stay absent here; src/audit applies AUDIT_DEFAULTS (fsync false, onFailure
- * closed, redactEnv true, no rotation).
- */
-export interface AuditConfig {
-  /** Absolute path of the hash-chained JSON-lines file; absent when `file: null`. */
-  file?: string;
-  /** Also write every record, synchronously, to standard output. */
-  stdout?: boolean;
-  level: AuditLevel;
-  /** An extra, asynchronous pino transport (syslog, collectors): not part of the durable record. */
-  transport?: AuditTransportConfig;
-  /** Rotate the file when it would exceed maxBytes, or when it is older than maxAgeSeconds. */
-  rotate?: { maxBytes?: number; maxAgeSeconds?: number };
-  /** fsync the file after every record. */
-  fsync?: boolean;
-  /** `closed` (default): a record that cannot be written fails the request. `open`: it is dropped and counted. */
-  onFailure?: AuditFailurePolicy;
-  /** Replace environment variable values in recorded bodies by "[REDACTED]"; default true. */
-  redactEnv?: boolean;
+type AuditFile = Static<typeof S.Audit>
+export interface AuditTransportConfig { target: string, options?: { [key: string]: unknown } }
+/** `audit` as written, with `file` absolute (absent when `file: null`) and nulls left out. */
+export type AuditConfig = Omit<AuditFile, 'file' | 'stdout' | 'transport' | 'rotate'> & {
+  file?: string
+  stdout?: boolean
+  transport?: AuditTransportConfig
+  rotate?: Static<typeof S.AuditRotate>
 }
 
-export interface AuditTransportConfig {
-  /** A module name or absolute path, as pino.transport() takes it. */
-  target: string;
-  options?: { [key: string]: unknown };
-}
-
-/**
- * `policy.database`: the enforce set's Casbin lines in PostgreSQL (casbin-pg-adapter's
- * table `casbin`), changes propagated to every replica by LISTEN/NOTIFY on `channel`
- * (casbin-pg-watcher).
- */
-export interface PolicyDatabaseConfig {
-  /** Connection string; may hold a password (PGPASSWORD is the other way): never logged. */
-  url: string;
+export type PolicyDatabaseConfig = Static<typeof S.PolicyDatabase> & {
   /** `host:port/database` (or the socket directory): what logs and errors name. */
-  where: string;
-  channel: string;
+  where: string
 }
-
-export interface PolicyConfig {
-  dir: string;
-  database?: PolicyDatabaseConfig;
-}
+export interface PolicyConfig { dir: string, database?: PolicyDatabaseConfig }
 
 /** TLS file locations; absolute paths after loading. */
-export interface TlsFiles {
-  cert: string;
-  key: string;
-  ca?: string;
-}
-
+export type TlsFiles = Static<typeof S.Tls>
 /** The contents of the files named by TlsFiles, read at load time. */
-export interface TlsMaterial {
-  cert: Buffer;
-  key: Buffer;
-  ca?: Buffer;
-}
+export interface TlsMaterial { cert: Buffer, key: Buffer, ca?: Buffer }
+export type LoadedTls = TlsFiles & { material: TlsMaterial }
 
-/** An identity pinned to a listener: every request through it acts as this identity. */
-export interface FixedIdentity {
-  subject: string;
-  tenant?: string;
-  roles: string[];
-}
+export type FixedIdentity = Static<typeof S.FixedIdentity>
 
-export interface UnixListenerConfig {
-  kind: 'unix';
-  name: string;
+interface ListenerCommon { name: string, identity?: FixedIdentity, anonymous?: boolean }
+export interface UnixListenerConfig extends ListenerCommon {
+  kind: 'unix'
   /** Absolute socket path, shorter than 108 bytes. */
-  path: string;
+  path: string
   /** Permission bits for the socket file, 0..0o777. */
-  mode?: number;
+  mode?: number
   /** Group name, when known (given by name, or a numeric gid found in /etc/group). */
-  group?: string;
+  group?: string
   /** Numeric group id the socket should be chowned to. */
-  gid?: number;
-  identity?: FixedIdentity;
-  anonymous?: boolean;
+  gid?: number
 }
-
-export interface TcpListenerConfig {
-  kind: 'tcp';
-  name: string;
-  /** Host or IP address; IPv6 addresses are stored without brackets. */
-  host: string;
-  port: number;
+export interface TcpListenerConfig extends ListenerCommon, HostPort {
+  kind: 'tcp'
   /** When present, the listener speaks TLS; with `ca`, client certificates are required. */
-  tls?: TlsFiles & { material: TlsMaterial };
-  identity?: FixedIdentity;
-  anonymous?: boolean;
+  tls?: LoadedTls
 }
-
-export type ListenerConfig = UnixListenerConfig | TcpListenerConfig;
+export type ListenerConfig = UnixListenerConfig | TcpListenerConfig
 
 export interface UnixUpstreamConfig {
-  kind: 'unix';
-  /** Absolute socket path. */
-  path: string;
+  kind: 'unix'
+  path: string
   /** Canonical form: `unix:///abs/path`. */
-  url: string;
+  url: string
 }
-
-export interface TcpUpstreamConfig {
-  kind: 'tcp';
-  /** Host or IP address; IPv6 addresses are stored without brackets. */
-  host: string;
-  port: number;
+export interface TcpUpstreamConfig extends HostPort {
+  kind: 'tcp'
   /** Canonical form: `tcp://host:port` (IPv6 in brackets), whatever scheme was written. */
-  url: string;
+  url: string
   /** When present, connect with TLS presenting this client certificate. */
-  tls?: TlsFiles & { material: TlsMaterial };
+  tls?: LoadedTls
 }
-
-export type UpstreamConfig = UnixUpstreamConfig | TcpUpstreamConfig;
+export type UpstreamConfig = UnixUpstreamConfig | TcpUpstreamConfig
 
 /** Where the upstream came from: `portcullis serve --upstream`, the file, DOCKER_HOST, or the built-in default. */
-export type UpstreamSource = '--upstream' | 'config' | 'DOCKER_HOST' | 'default';
+export type UpstreamSource = '--upstream' | 'config' | 'DOCKER_HOST' | 'default'
 
-export interface JwtClaimsConfig {
-  subject?: string;
-  tenant?: string;
-  roles?: string;
-}
-
-export interface JwtConfig {
-  /** Shared HMAC secret (HS* algorithms only). Exactly one of secret / publicKeyFile / jwksFile. */
-  secret?: string;
-  /** Absolute path of a PEM public key (RS/PS/ES algorithms only). */
-  publicKeyFile?: string;
-  /** Absolute path of a JSON Web Key Set file (RS/PS/ES algorithms only). */
-  jwksFile?: string;
-  issuer?: string;
-  audience?: string | string[];
-  algorithms?: string[];
-  clockToleranceSeconds?: number;
-  /** Refuse tokens without an `exp` claim; default true. */
-  requireExp?: boolean;
-  claims?: JwtClaimsConfig;
-}
-
+export type JwtClaimsConfig = Static<typeof S.JwtClaims>
+/** `auth.jwt` as written, with publicKeyFile and jwksFile absolute. */
+export type JwtConfig = Static<typeof S.Jwt>
 /**
- * Which X.509 subject attributes of a verified client certificate make the identity.
- * Each lists attribute names (CN, O, OU, ...): subject and tenant take the first one
- * the certificate has, roles collects the values of all of them.
+ * Which X.509 subject attributes of a verified client certificate make the identity:
+ * subject and tenant take the first one the certificate has, roles collects all.
  */
-export interface MtlsMappingConfig {
-  subject: string[];
-  tenant: string[];
-  roles: string[];
-}
-
-export interface AuthConfig {
-  jwt?: JwtConfig;
-  /** Absent: subject from CN, tenant from O, no roles. */
-  mtls?: MtlsMappingConfig;
-}
+export interface MtlsMappingConfig { subject: string[], tenant: string[], roles: string[] }
+export interface AuthConfig { jwt?: JwtConfig, mtls?: MtlsMappingConfig }
 
 export interface Config {
   /** Absolute path of the config file, null for built-in defaults. */
-  source: string | null;
-  /** Where `upstream` came from (see UpstreamOverrides in validate.ts). */
-  upstreamFrom?: UpstreamSource;
-  listen: ListenerConfig[];
-  upstream: UpstreamConfig;
-  api: { minVersion: string; maxVersion: string };
-  limits: { jsonBodyBytes: number };
-  auth: AuthConfig;
-  policy: PolicyConfig;
-  audit: AuditConfig;
+  source: string | null
+  /** Where `upstream` came from (see UpstreamOverrides in resolve.ts). */
+  upstreamFrom?: UpstreamSource
+  listen: ListenerConfig[]
+  upstream: UpstreamConfig
+  api: { minVersion: string, maxVersion: string }
+  limits: Static<typeof S.Limits>
+  auth: AuthConfig
+  policy: PolicyConfig
+  audit: AuditConfig
   /** `tenants`: the tenants that get their own `tenant` label value; every other tenant is counted as `other`. */
-  metrics: { listen?: { host: string; port: number }; tenants?: string[] };
+  metrics: { listen?: HostPort, tenants?: string[] }
   /** Registry credentials the gateway holds for tenants (never shown to them). */
-  registries: { credentials: { file: string; loaded: Credentials } | null };
-  log: { level: LogLevel };
-  shutdown: { graceSeconds: number };
+  registries: { credentials: { file: string, loaded: Credentials } | null }
+  log: Static<typeof S.Log>
+  shutdown: Static<typeof S.Shutdown>
 }
 
 /** A JSON-safe value (what describeConfig returns). */
-export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
-export type JsonObject = { [key: string]: JsonValue };
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue }
+export type JsonObject = { [key: string]: JsonValue }

@@ -3,7 +3,7 @@
  * listeners, and handles reload and shutdown.
  */
 import pino, { type Logger } from 'pino'
-import { describeConfig, type Config } from '../config'
+import { Credentials, describeConfig, type Config } from '../config'
 import { acceptedCredentials, createAuthenticator, type Authenticator } from './authenticate'
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
@@ -12,7 +12,7 @@ import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
 import { Metrics } from '../metrics'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
-import { Credentials, QuotaStore, Tenancy } from './tenancy'
+import { QuotaStore, Tenancy } from './tenancy'
 import { policyAdmin } from './admin'
 
 export interface Gateway {

@@ -22,6 +22,7 @@ import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 import { libpodHandlers } from './libpod'
+import { registryAuthHeader } from './registry-auth'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
@@ -393,7 +394,7 @@ function registryAuth (call: Call, registry: string, what: string): void {
   if (!registryAllowed(call.settings, registry)) throw refuse('registry-not-allowed', `${what} from or to registry ${registry} is not allowed for tenant ${call.tenant}`)
   const held = call.credentials.get(call.tenant, registry)
   if (held || call.settings.registries.tenantCredentials === 'strip' || call.clientRegistryAuth === undefined) {
-    call.setHeaders['x-registry-auth'] = call.credentials.header(held, registry)
+    call.setHeaders['x-registry-auth'] = registryAuthHeader(held, registry)
   }
 }
 

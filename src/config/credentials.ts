@@ -7,8 +7,9 @@
  *     "127.0.0.1:5000": { username: builder, password: s3cret }
  *     docker.io: { identitytoken: "..." }
  *
- * The gateway puts them into `X-Registry-Auth` (pull, push, distribution inspect)
- * and into the body of `/auth`; the values never appear in logs or audit records.
+ * Loaded with the rest of the configuration; the gateway puts them into
+ * `X-Registry-Auth` (src/gateway/tenancy/registry-auth.ts) and into the body of
+ * `/auth`; the values never appear in logs or audit records.
  */
 import fs from 'node:fs'
 import { parse as parseYaml } from 'yaml'
@@ -24,14 +25,6 @@ export class Credentials {
 
   get (tenant: string, registry: string): RegistryAuth | undefined {
     return this.byTenant.get(tenant)?.get(registry.toLowerCase())
-  }
-
-  /** The X-Registry-Auth value the docker CLI would send for these credentials. */
-  header (auth: RegistryAuth | undefined, registry: string): string {
-    const doc = auth ? { ...auth, serveraddress: registry } : {}
-    // URL-safe base64 *with* padding: dockerd decodes it with Go's base64.URLEncoding
-    // and silently treats an unpadded value as no credentials at all.
-    return Buffer.from(JSON.stringify(doc)).toString('base64').replace(/\+/g, '-').replace(/\//g, '_')
   }
 
   /** Which tenants have credentials for how many registries (never the values). */

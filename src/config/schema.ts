@@ -1,0 +1,324 @@
+/**
+ * The configuration file, declared once: the TypeBox schema below gives the types of
+ * the file's sections (Static<>), their defaults (filled in by ajv's useDefaults), the
+ * validation (ajv, strict, all errors) and, through the annotations of problems.ts,
+ * the words of each problem. What a schema cannot say (files that must exist and
+ * parse, one of unix or tcp, listener conflicts, JWT keys that fit their algorithms)
+ * is checked after it, in resolve.ts.
+ *
+ * Conventions:
+ *  - Unknown keys are errors at every level (`additionalProperties: false`).
+ *  - A top-level section written with no value (`auth:`) counts as an empty mapping,
+ *    so all its keys take their defaults. Anywhere else null is a type error, except
+ *    where a union allows it (`audit.file: null` turns the audit file off).
+ *  - Relative paths resolve against the directory holding the config file (or the
+ *    working directory for the built-in defaults); that happens in resolve.ts.
+ *
+ * To add a key: declare it here (with its default, if it has one); its type reaches
+ * Config through Static<>, and only a rule the schema cannot express goes to resolve.ts.
+ */
+import { userInfo } from 'node:os'
+import { Type, type Static, type TSchema } from '@sinclair/typebox'
+import { HMAC_ALGORITHMS, JWT_ALGORITHMS } from './jwt-keys'
+import type { Says } from './problems'
+
+export { HMAC_ALGORITHMS, JWT_ALGORITHMS }
+
+type Options = Says & { default?: unknown, [keyword: string]: unknown }
+
+/** Unknown keys are errors; `expected` etc. as in problems.ts. */
+const closed = (o: Options = {}): Options => ({ additionalProperties: false, ...o })
+/** A non-empty string. */
+const Text = (o: Options = {}) => Type.String({ minLength: 1, ...o })
+/** One of a few strings; any other value is "expected one of ..., got ...". */
+const OneOf = <T extends string>(values: readonly T[], o: Options = {}) => Type.Unsafe<T>({ enum: [...values], ...o })
+/** A whole number a double holds exactly. */
+const Whole = (o: Options = {}) => Type.Integer({ maximum: Number.MAX_SAFE_INTEGER, ...o })
+/** Control characters, which would forge lines in logs and metrics. */
+const PRINTABLE = '^[^\\u0000-\\u001f\\u007f]*$'
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+export const AUDIT_LEVELS = ['metadata', 'request'] as const
+export const AUDIT_FAILURE_POLICIES = ['closed', 'open'] as const
+/** Docker Engine API versions are `1.NN`; the gateway understands this window. */
+export const API_MINOR_MIN = 24
+export const API_MINOR_MAX = 56
+export const DEFAULT_UPSTREAM = 'unix:///var/run/docker.sock'
+export const MAX_GID = 4294967294
+/** At most this many tenants get their own metrics label value (each multiplies the series). */
+export const MAX_METRICS_TENANTS = 100
+/** Smallest rotation size: a file must hold its chain.head, a record and its chain.end. */
+const AUDIT_MIN_ROTATE_BYTES = 4096
+
+/**
+ * X.509 subject attribute names a client certificate mapping may use, as Node names
+ * them (OpenSSL short names).
+ */
+export const X509_SUBJECT_ATTRIBUTES = [
+  'CN', 'O', 'OU', 'C', 'ST', 'L', 'street', 'postalCode', 'DC', 'UID', 'emailAddress', 'serialNumber',
+  'title', 'GN', 'SN', 'initials', 'pseudonym', 'name', 'description', 'dnQualifier', 'generationQualifier',
+  'businessCategory', 'organizationIdentifier',
+]
+
+/** Messages that resolve.ts repeats for values it reads further than the schema can. */
+export const EXPECTED_MODE = 'an octal mode between "0000" and "0777" (e.g. "0660")'
+export const EXPECTED_VERSION = 'a version of the form 1.NN (e.g. "1.24")'
+
+function osUserName (): string {
+  try {
+    return userInfo().username
+  } catch {
+    // A uid without a passwd entry (some containers).
+    return `uid:${process.getuid?.() ?? 'unknown'}`
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Listeners and upstream
+
+/** Parsed by parseHostPort in resolve.ts: a string here. */
+const HostPort = Type.String({ expected: 'host:port', listHint: ' (quote IPv6 addresses in YAML: "[::1]:2375")' })
+
+const TLS_HINT = 'TLS needs both cert and key'
+/** TLS file locations; the files are read and checked in resolve.ts. */
+export const Tls = Type.Object({
+  cert: Text({ hint: TLS_HINT }),
+  key: Text({ hint: TLS_HINT }),
+  ca: Type.Optional(Text()),
+}, closed())
+
+export type TlsFile = Static<typeof Tls>
+
+/** An identity pinned to a listener: every request through it acts as this identity. */
+export const FixedIdentity = Type.Object({
+  subject: Text(),
+  tenant: Type.Optional(Text()),
+  roles: Type.Array(Text(), { default: [] }),
+}, closed())
+
+const GROUP = 'a group name or a gid between 0 and 4294967294'
+
+/** A listener as written; exactly one of unix and tcp (checked in resolve.ts). */
+export const Listener = Type.Object({
+  unix: Type.Optional(Text()),
+  tcp: Type.Optional(HostPort),
+  name: Type.Optional(Text({ pattern: PRINTABLE, messages: { pattern: 'must not contain control characters' } })),
+  /** "0660", "660", "0o660", or a number; a YAML 0660 is read as written (resolve.ts). */
+  mode: Type.Optional(Type.Union([Type.String(), Type.Integer()], { expected: EXPECTED_MODE })),
+  group: Type.Optional(Type.Union([Text(), Type.Integer({ minimum: 0, maximum: MAX_GID, expected: GROUP })], { expected: GROUP })),
+  tls: Type.Optional(Tls),
+  identity: Type.Optional(FixedIdentity),
+  anonymous: Type.Optional(Type.Boolean()),
+}, closed())
+
+/**
+ * The listeners used when the configuration names none. The unix socket is created
+ * owner-only (0600), as the engine protects its own socket, and whoever can connect
+ * to it acts as the user running the gateway, with role admin. The TCP port requires
+ * a bearer token: without auth.jwt it refuses every request (401).
+ */
+export const DEFAULT_LISTENERS: Array<Static<typeof Listener>> = [
+  { unix: './portcullis.sock', mode: '0600', identity: { subject: osUserName(), roles: ['admin'] } },
+  { tcp: '127.0.0.1:2375' },
+]
+
+/**
+ * The Docker daemon to forward to: `unix:///abs/path`, `tcp://host:port` (TLS with a
+ * `tls` block), `http://` (no TLS) or `https://` (tls required); see resolve.ts.
+ */
+export const Upstream = Type.Union([
+  Type.String(),
+  Type.Object({ url: Text(), tls: Type.Optional(Tls) }, closed()),
+], { expected: 'a URL (unix:///path or tcp://host:port) or a mapping with url and tls' })
+
+export type UpstreamFile = Static<typeof Upstream>
+
+// ---------------------------------------------------------------------------
+// Sections
+
+/** `1.NN`; unquoted YAML floats are read as written (`1.40`, not 1.4) in resolve.ts. */
+const ApiVersion = (d: string) => Type.Union([Type.String(), Type.Number()], { default: d, expected: EXPECTED_VERSION })
+export const Api = Type.Object({
+  minVersion: ApiVersion(`1.${API_MINOR_MIN}`),
+  maxVersion: ApiVersion(`1.${API_MINOR_MAX}`),
+}, closed({ default: {} }))
+
+export const Limits = Type.Object({
+  jsonBodyBytes: Whole({ minimum: 1, default: 1024 * 1024 }),
+}, closed({ default: {} }))
+
+export const JwtClaims = Type.Object({
+  subject: Type.Optional(Text()),
+  tenant: Type.Optional(Text()),
+  roles: Type.Optional(Text()),
+}, closed())
+
+/** Exactly one of secret / publicKeyFile / jwksFile, fitting the algorithms (resolve.ts). */
+export const Jwt = Type.Object({
+  /** Shared HMAC secret (HS* algorithms only). */
+  secret: Type.Optional(Text()),
+  /** A PEM public key (RS/PS/ES algorithms only). */
+  publicKeyFile: Type.Optional(Text()),
+  /** A JSON Web Key Set file (RS/PS/ES algorithms only). */
+  jwksFile: Type.Optional(Text()),
+  issuer: Type.Optional(Text()),
+  audience: Type.Optional(Type.Union([Text(), Type.Array(Text(), { minItems: 1 })])),
+  algorithms: Type.Optional(Type.Array(Text(), { minItems: 1 })),
+  clockToleranceSeconds: Type.Optional(Type.Number({ minimum: 0, maximum: 3600 })),
+  /** Refuse tokens without an `exp` claim; default true (applied by the authenticator). */
+  requireExp: Type.Optional(Type.Boolean()),
+  claims: Type.Optional(JwtClaims),
+}, closed())
+
+const X509Attribute = Type.Unsafe<string>({
+  type: 'string',
+  enum: X509_SUBJECT_ATTRIBUTES,
+  messages: { enum: `unknown X.509 subject attribute {got}, expected one of ${X509_SUBJECT_ATTRIBUTES.join(', ')}` },
+})
+const Attributes = (d: string[], o: Options = {}) => Type.Union([
+  X509Attribute,
+  Type.Array(X509Attribute, { uniqueItems: true, messages: { uniqueItems: 'names an attribute more than once' }, ...o }),
+], { default: d, expected: 'an X.509 subject attribute name or a list of them' })
+
+/**
+ * `auth.mtls`: which subject attributes of a verified client certificate give the
+ * identity. Each key takes an attribute name or a list of them; subject and tenant
+ * use the first one present, roles the values of all. Keys left out keep their
+ * defaults (subject CN, tenant O, roles none); tenant and roles may be `[]`.
+ */
+export const Mtls = Type.Object({
+  subject: Attributes(['CN'], { minItems: 1 }),
+  tenant: Attributes(['O']),
+  roles: Attributes([]),
+}, closed())
+
+export const Auth = Type.Object({
+  jwt: Type.Optional(Jwt),
+  /** Absent: subject from CN, tenant from O, no roles. */
+  mtls: Type.Optional(Mtls),
+}, closed({ default: {} }))
+
+/**
+ * `policy.database`: the enforce set's Casbin lines in PostgreSQL (casbin-pg-adapter's
+ * table `casbin`), changes propagated to every replica by LISTEN/NOTIFY on `channel`.
+ * The url may hold a password (PGPASSWORD is the other way): it is never logged.
+ */
+export const PolicyDatabase = Type.Object({
+  url: Text({ hint: 'a PostgreSQL connection string, e.g. postgres://portcullis@db.example:5432/portcullis' }),
+  channel: Text({
+    default: 'portcullis_policy',
+    pattern: '^[a-z_][a-z0-9_]{0,62}$',
+    messages: { pattern: 'must be a lower-case PostgreSQL identifier (letters, digits, _), got {got}' },
+  }),
+}, closed())
+
+export const Policy = Type.Object({
+  dir: Text({ default: './policies' }),
+  database: Type.Optional(PolicyDatabase),
+}, closed({ default: {} }))
+
+/** `audit.transport`: an extra, asynchronous pino transport (syslog, collectors), not part of the durable record. */
+export const AuditTransport = Type.Object({
+  /** A module name or a path (./x.js resolves like every other path), as pino.transport() takes it. */
+  target: Text({ hint: 'a pino transport module name (e.g. pino-syslog) or a path to one' }),
+  options: Type.Optional(Type.Union([
+    Type.Unsafe<{ [key: string]: unknown }>({ type: 'object' }),
+    Type.Null(),
+  ], { expected: 'a mapping (passed to the transport as its options)' })),
+}, closed())
+
+export const AuditRotate = Type.Object({
+  maxBytes: Type.Optional(Whole({ minimum: AUDIT_MIN_ROTATE_BYTES })),
+  maxAgeSeconds: Type.Optional(Whole({ minimum: 1 })),
+}, closed())
+
+/**
+ * `audit`: the compliance audit trail (src/audit, docs/audit.md). fsync, onFailure,
+ * redactEnv and rotate left out stay absent in Config: src/audit applies AUDIT_DEFAULTS.
+ */
+export const Audit = Type.Object({
+  /** The hash-chained JSON-lines file; null turns it off. */
+  file: Type.Union([Text(), Type.Null()], { default: './audit.jsonl' }),
+  /** Also write every record, synchronously, to standard output. */
+  stdout: Type.Boolean({ default: false }),
+  level: OneOf(AUDIT_LEVELS, { default: 'metadata' }),
+  transport: Type.Optional(Type.Union([AuditTransport, Type.Null()])),
+  /** Rotate the file when it would exceed maxBytes, or when it is older than maxAgeSeconds. */
+  rotate: Type.Optional(Type.Union([AuditRotate, Type.Null()])),
+  /** fsync the file after every record. */
+  fsync: Type.Optional(Type.Boolean()),
+  /** `closed`: a record that cannot be written fails the request. `open`: it is dropped and counted. */
+  onFailure: Type.Optional(OneOf(AUDIT_FAILURE_POLICIES)),
+  /** Replace environment variable values in recorded bodies by "[REDACTED]". */
+  redactEnv: Type.Optional(Type.Boolean()),
+}, closed({ default: {} }))
+
+/** Defaults src/audit applies to the audit keys a config leaves out (describeConfig shows them). No rotation unless configured. */
+export const AUDIT_DEFAULTS = Object.freeze({
+  fsync: false,
+  onFailure: 'closed' as const,
+  redactEnv: true,
+  rotate: Object.freeze({ maxBytes: undefined as number | undefined, maxAgeSeconds: undefined as number | undefined }),
+})
+
+const TENANT_NAME = 'a tenant name must be at most 128 characters without control characters, got {got}'
+export const Metrics = Type.Object({
+  listen: Type.Optional(HostPort),
+  /**
+   * Tenants that get their own `tenant` label value; all other tenants are counted as
+   * `other`, requests without a tenant as `none` (reserved: resolve.ts). Bounded so the
+   * number of series stays bounded.
+   */
+  tenants: Type.Optional(Type.Array(
+    Type.String({ minLength: 1, maxLength: 128, pattern: PRINTABLE, messages: { maxLength: TENANT_NAME, pattern: TENANT_NAME } }),
+    { maxItems: MAX_METRICS_TENANTS, messages: { maxItems: `at most ${MAX_METRICS_TENANTS} tenants, got {count}` } }
+  )),
+}, closed({ default: {} }))
+
+export const Registries = Type.Object({
+  /** Registry credentials the gateway holds for tenants (credentials.ts). */
+  credentials: Type.Optional(Text()),
+}, closed({ default: {} }))
+
+export const Log = Type.Object({
+  level: OneOf(LOG_LEVELS, { default: 'info' }),
+}, closed({ default: {} }))
+
+export const Shutdown = Type.Object({
+  graceSeconds: Type.Number({ minimum: 0, maximum: 3600, default: 10 }),
+}, closed({ default: {} }))
+
+/** The whole file. */
+export const ConfigFile = Type.Object({
+  listen: Type.Array(Listener, {
+    minItems: 1,
+    default: DEFAULT_LISTENERS,
+    expected: 'a non-empty list of listeners',
+    messages: { minItems: 'expected a non-empty list of listeners, got an empty list' },
+  }),
+  upstream: Type.Optional(Upstream),
+  api: Api,
+  limits: Limits,
+  auth: Auth,
+  policy: Policy,
+  audit: Audit,
+  metrics: Metrics,
+  registries: Registries,
+  log: Log,
+  shutdown: Shutdown,
+}, closed())
+
+// The TypeBox idiom: a schema and its static type share one name.
+// eslint-disable-next-line @typescript-eslint/no-redeclare
+export type ConfigFile = Static<typeof ConfigFile>
+
+/** The sections that count as an empty mapping when written with no value. */
+export const SECTIONS = Object.entries(ConfigFile.properties as { [key: string]: TSchema })
+  .filter(([, s]) => s.type === 'object')
+  .map(([key]) => key)
+
+/** auth.mtls when not given, and for the keys it leaves out: subject from CN, tenant from O, no roles. */
+export function defaultMtlsMapping (): { subject: string[], tenant: string[], roles: string[] } {
+  const d = (s: TSchema): string[] => [...(s.default as string[])]
+  return { subject: d(Mtls.properties.subject), tenant: d(Mtls.properties.tenant), roles: d(Mtls.properties.roles) }
+}
