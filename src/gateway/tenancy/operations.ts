@@ -18,7 +18,7 @@ import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
-import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type ObjectKind, type Resolution } from './lookup'
+import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type ObjectKind, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 import { libpodHandlers } from './libpod'
@@ -208,10 +208,11 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
   const named = new Set<string>()
   for (const b of list(hc?.Binds)) {
     const src = str(b).split(':')[0]
-    if (src && !src.startsWith('/')) named.add(src)
+    if (volumeName(src)) named.add(src)
   }
   for (const m of list(hc?.Mounts)) {
-    if (str((m as any)?.Type) === 'volume' && str((m as any)?.Source)) named.add(str((m as any).Source))
+    // A source that cannot be a volume's name is left to the engine, which refuses it.
+    if (str((m as any)?.Type) === 'volume' && volumeName(str((m as any)?.Source))) named.add(str((m as any).Source))
   }
   const newVolumes: string[] = []
   for (const name of named) {
