@@ -9,6 +9,7 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
+import { numberOf } from './body/number'
 import { libpodFacts } from './libpod-facts'
 
 export interface Namespaces {
@@ -83,9 +84,9 @@ function arr (v: unknown): unknown[] {
 function str (v: unknown): string {
   return typeof v === 'string' ? v : ''
 }
-/** Numbers may arrive as exact-number wrappers from the body decoder; Number() unwraps them. */
+/** A number field's value (numbers arrive as exact-number wrappers from the body decoder); 0 for anything Go would not read as one. */
 function num (v: unknown): number {
-  const n = v === null || v === undefined || typeof v === 'boolean' ? 0 : Number(v)
+  const n = numberOf(v)
   return Number.isFinite(n) ? n : 0
 }
 function strings (v: unknown): string[] {

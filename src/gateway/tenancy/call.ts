@@ -6,7 +6,7 @@
 import type { Operation } from '../catalog/operations'
 import { GatewayError } from '../errors'
 import type { TenancySettings } from '../../policy/tenancy'
-import { isJsonNumber } from '../../policy/body/number'
+import { isJsonNumber, numberOf } from '../../policy/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
 import type { Credentials } from './credentials'
 import type { ObjectKind, Resolver } from './lookup'
@@ -37,7 +37,7 @@ export interface LocalAnswer { readonly status: number, readonly body: unknown }
 export const str = (v: unknown): string => (typeof v === 'string' ? v : isJsonNumber(v) ? String(v) : '')
 export const list = (v: unknown): any[] => (Array.isArray(v) ? v : [])
 /** A positive finite number, else 0 (Go's zero value: not set). */
-export const num = (v: unknown): number => { const n = Number(v ?? 0); return Number.isFinite(n) && n > 0 ? n : 0 }
+export const num = (v: unknown): number => { const n = numberOf(v); return Number.isFinite(n) && n > 0 ? n : 0 }
 
 export class Call {
   readonly params: Record<string, string>

@@ -13,6 +13,7 @@ import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../errors'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
+import { numberOf } from '../../policy/body/number'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
@@ -309,8 +310,8 @@ const containerUpdate: Handler = async (call) => {
   call.setParam('id', id)
   const b = call.body ?? {}
   // In an update, PidsLimit is a pointer: absent leaves the limit, 0 (like -1) removes it.
-  if (b.PidsLimit !== undefined && b.PidsLimit !== null && !(Number(b.PidsLimit) > 0)) {
-    throw refuse('pids-limit-update', `PidsLimit ${String(b.PidsLimit)} in an update removes the container's process limit: not available to tenants`)
+  if (b.PidsLimit !== undefined && b.PidsLimit !== null && !(numberOf(b.PidsLimit) > 0)) {
+    throw refuse('pids-limit-update', `PidsLimit ${JSON.stringify(b.PidsLimit)} in an update removes the container's process limit: not available to tenants`)
   }
   const changesMemory = num(b.Memory) > 0
   const changesCpu = cpuOf(b) > 0
@@ -772,7 +773,7 @@ function serviceIdentity (call: Call): void {
   numericUser(str(cs?.User), 'ContainerSpec.User')
   supplementaryGroups(cs?.Groups, 'ContainerSpec.Groups')
   const pids = bodyAt(call, 'TaskTemplate', 'Resources', 'Limits', 'Pids')
-  if (pids !== undefined && pids !== null && Number(pids) < 0) throw refuse('pids-limit', 'a negative Pids limit removes the tasks\' process limit: not available to tenants')
+  if (pids !== undefined && pids !== null && numberOf(pids) < 0) throw refuse('pids-limit', 'a negative Pids limit removes the tasks\' process limit: not available to tenants')
 }
 
 const containerExec: Handler = async (call) => {
