@@ -179,6 +179,8 @@ function map (entries: Record<string, string[]>): fc.Arbitrary<Raw> {
 }
 const list = (item: fc.Arbitrary<Raw>): fc.Arbitrary<Raw> => weighted(fc.array(item, { maxLength: 2 }).map((a) => ({ a })))
 
+/** Another tenant's volume, on the swarm engine. */
+const OTHERS_VOLUME = `diffb-${RUN}-others`
 const OWNER_LABELS = map({ [TENANT_LABEL]: ['mallory-team', T, ''], [SUBJECT_LABEL]: ['mallory'], 'com.example.app': ['web'] })
 
 /** HostConfig's fields that decide what a container reaches, with values that do and do not. */
@@ -315,7 +317,14 @@ const serviceBody: fc.Arbitrary<Raw> = struct({
         AppArmor: weighted(struct({ Mode: str('default', 'disabled') })),
         NoNewPrivileges: bool,
       })),
-      Mounts: list(struct({ Type: str('bind', 'volume', 'tmpfs'), Source: str('/etc', `/srv/portcullis/${T}/m`, ''), Target: str('/mnt'), ReadOnly: bool }, { required: ['Target'] })),
+      // (the swarm reads a mount's Type ignoring case, and no Type as a bind)
+      Mounts: list(struct({
+        Type: str('bind', 'volume', 'tmpfs', 'BIND', 'Volume', 'b\u0131nd', ''),
+        Source: str('/etc', `/srv/portcullis/${T}/m`, OTHERS_VOLUME, ''),
+        Target: str('/mnt'),
+        ReadOnly: bool,
+        VolumeOptions: weighted(struct({ DriverConfig: weighted(struct({ Name: str('local', ''), Options: map({ type: ['none', 'tmpfs'], o: ['bind', 'size=1m'], device: ['/etc', 'tmpfs'] }) })) })),
+      }, { required: ['Target'] })),
       Sysctls: map({ 'net.ipv4.ip_forward': ['1'] }),
       Labels: OWNER_LABELS,
       Init: bool,
@@ -759,6 +768,9 @@ t.test(`NetworkCreate and VolumeCreate: what the engine stores, directly and thr
 t.test(`ServiceCreate: the spec the swarm stores, directly and through the gateway (seed ${SEED})`, async (t) => {
   const swarm = async (method: string, target: string): Promise<RawReply> => await request(swarmEngine().socket, method, `${V}${target}`)
   const hostNet = String(((await swarm('GET', '/networks')).json as Doc[]).find((n) => n.Name === 'host')?.Id)
+  const others = await request(swarmEngine().socket, 'POST', `${V}/volumes/create`, { Name: OTHERS_VOLUME, Labels: { [TENANT_LABEL]: `${TA}-b`, [SUBJECT_LABEL]: 'bob' } })
+  t.equal(others.status, 201, 'another tenant\'s volume')
+  t.teardown(async () => { await swarm('DELETE', `/volumes/${OTHERS_VOLUME}`) })
   /** The spec as stored, without the name each request gives it and without owner labels. */
   const view = (spec: Doc): Doc => {
     const cs = spec.TaskTemplate?.ContainerSpec
@@ -770,7 +782,11 @@ t.test(`ServiceCreate: the spec the swarm stores, directly and through the gatew
     const limits = spec.TaskTemplate?.Resources?.Limits ?? {}
     const out: string[] = []
     for (const c of cs.CapabilityAdd ?? []) if (!ALLOWED_CAPS.has(cap(String(c)))) out.push(`CapabilityAdd ${String(c)}`)
-    for (const m of cs.Mounts ?? []) if (m.Type === 'bind' && !hostPathOk(String(m.Source))) out.push(`bind mount ${String(m.Source)}`)
+    for (const m of cs.Mounts ?? []) {
+      if (m.Type === 'bind' && !hostPathOk(String(m.Source))) out.push(`bind mount ${String(m.Source)}`)
+      if (m.Type === 'volume' && hostVolume(String(m.VolumeOptions?.DriverConfig?.Name ?? ''), m.VolumeOptions?.DriverConfig?.Options)) out.push('host volume mount')
+      if (m.Type === 'volume' && m.Source === OTHERS_VOLUME) out.push('another tenant\'s volume')
+    }
     if (Object.keys(cs.Sysctls ?? {}).length > 0) out.push('Sysctls')
     if (cs.Privileges?.SELinuxContext?.Disable === true) out.push('SELinux disabled')
     if (['unconfined', 'custom'].includes(cs.Privileges?.Seccomp?.Mode)) out.push('seccomp')
@@ -821,6 +837,14 @@ t.test(`ServiceCreate: the spec the swarm stores, directly and through the gatew
     raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Type":"volume","type":"bind","Source":"/etc","Target":"/mnt"}]}}}`),
     raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Type":"volume","Source":"/etc","Target":"/mnt"}]}}}`),
     raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}"},"Resources":{"Limits":{"NanoCPUs":{},"Pids":{}}}}}`),
+    // Found by this test: the swarm reads a mount's Type ignoring case, and no Type (or null)
+    // as a bind; the policy and the volume ownership check read only "bind" and "volume".
+    raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Source":"/etc","Target":"/mnt"}]}}}`),
+    raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Type":null,"Source":"/","Target":"/mnt"}]}}}`),
+    raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Type":"BIND","Source":"/etc","Target":"/mnt"}]}}}`),
+    raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Type":"b\\u0131nd","Source":"/etc","Target":"/mnt"}]}}}`),
+    raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Type":"Volume","Source":"${OTHERS_VOLUME}","Target":"/mnt"}]}}}`),
+    raw(`{"Name":"${N}","Mode":{"Replicated":{"Replicas":0}},"TaskTemplate":{"ContainerSpec":{"Image":"${IMAGE}","Mounts":[{"Type":"VOLUME","Source":"diffb-hostvol","Target":"/mnt","VolumeOptions":{"DriverConfig":{"Options":{"type":"none","o":"bind","device":"/etc"}}}}]}}}`),
   ]))
   t.pass(`${checked} ServiceCreate bodies checked three ways`)
 })

@@ -14,6 +14,7 @@ import { GatewayError } from '../errors'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call } from './call'
 import { numberOf } from '../../policy/body/number'
+import { swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
@@ -750,7 +751,7 @@ async function serviceReferences (call: Call): Promise<void> {
     if (target) await own(call, 'network', target, 'body')
   }
   for (const m of list(cs?.Mounts)) {
-    if (str((m as any)?.Type) === 'volume' && str((m as any)?.Source)) {
+    if (swarmMountType((m as any)?.Type) === 'volume' && str((m as any)?.Source)) {
       const src = str((m as any).Source)
       if ((await call.r.volume(src, call.tenant)).state !== 'own') throw missing('volume', src, call.op.id, 'body')
     }
