@@ -14,6 +14,7 @@ import { isGatewayError } from '../src/api/errors'
 import {
   JsonNumber, decodeBody, encodeBody, fieldAt, formatFieldPath, hasBodySchema, isJsonNumber, MAX_DEPTH, MAX_VALUES,
 } from '../src/api/body/decode'
+import { numberOf } from '../src/api/body/number'
 import { bodySchemas } from '../src/api/body/schema'
 import { loadPolicy } from '../src/policy/engine'
 import { check } from '../src/policy/tool'
@@ -653,4 +654,15 @@ t.test('generator: union of trees', async (t) => {
 t.test('the committed engine-schema.json is what the generator produces now', async (t) => {
   const committed = fs.readFileSync(SCHEMA_PATH, 'utf8')
   t.equal(committed, generateBodySchema(), 'run `node dist/scripts/gen-body-schema.js` and commit the result')
+})
+
+t.test('numberOf: a body value as a number, never throwing on the decoder\'s objects', async (t) => {
+  const { value } = decodeBody('ContainerCreate', Buffer.from('{"HostConfig":{"Memory":1e3,"NanoCpus":{},"PidsLimit":[{}],"CpuShares":"7"}}'))
+  const hc = fieldAt(value, ['HostConfig']) as Record<string, unknown>
+  t.throws(() => Number(hc.NanoCpus), TypeError, 'Number() of a null-prototype object throws')
+  t.equal(numberOf(hc.Memory), 1000)
+  t.ok(Number.isNaN(numberOf(hc.NanoCpus)), 'an object is no number')
+  t.ok(Number.isNaN(numberOf(hc.PidsLimit)), 'nor an array holding one')
+  t.equal(numberOf(hc.CpuShares), 7)
+  t.ok(Number.isNaN(numberOf(null)) && Number.isNaN(numberOf(true)))
 })

@@ -7,6 +7,7 @@
  *
  * `buildInput` is the one place that knows the shape of the policy input.
  */
+import { numberOf } from '../api/body/number'
 import { capability, localVolume, normalizeHostPath, securityOption, type Facts, type PolicyInput } from './fields'
 import { libpodFacts } from './libpod-facts'
 
@@ -23,9 +24,9 @@ function arr (v: unknown): unknown[] {
 function str (v: unknown): string {
   return typeof v === 'string' ? v : ''
 }
-/** Numbers may arrive as exact-number wrappers from the body decoder; Number() unwraps them. */
+/** A number field's value (numbers arrive as exact-number wrappers from the body decoder); 0 for anything Go would not read as one. */
 function num (v: unknown): number {
-  const n = v === null || v === undefined || typeof v === 'boolean' ? 0 : Number(v)
+  const n = numberOf(v)
   return Number.isFinite(n) ? n : 0
 }
 function strings (v: unknown): string[] {
@@ -38,9 +39,21 @@ function bindSource (bind: string): string | null {
   return src.startsWith('/') ? normalizeHostPath(src) : null
 }
 
-function mountFacts (f: Facts, mounts: unknown): void {
+/**
+ * A swarm mount's type as the engine reads it (moby daemon/cluster/convert, containerToGRPC):
+ * upper-cased with Go's strings.ToUpper (so `Bind`, `VOLUME`, and `bınd` with a dotless i
+ * too; JavaScript's toUpperCase maps those letters the same way) and looked up in
+ * swarmkit's enum, whose zero value is BIND: a mount without a Type, or with `"Type": null`,
+ * is a bind mount. A container's Mounts take the exact lower-case names only.
+ */
+export function swarmMountType (type: unknown): string {
+  const t = typeof type === 'string' ? type.toUpperCase() : ''
+  return t === '' ? 'bind' : t.toLowerCase()
+}
+
+function mountFacts (f: Facts, mounts: unknown, swarm = false): void {
   for (const m of arr(mounts).map(obj)) {
-    const type = str(m.Type)
+    const type = swarm ? swarmMountType(m.Type) : str(m.Type)
     if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(normalizeHostPath(str(m.Source)))
     if (type === 'volume') {
       const driver = obj(obj(m.VolumeOptions).DriverConfig)
@@ -116,7 +129,7 @@ function serviceFacts (f: Facts, spec: Json): void {
   const task = obj(spec.TaskTemplate)
   const cs = obj(task.ContainerSpec)
   const priv = obj(cs.Privileges)
-  mountFacts(f, cs.Mounts)
+  mountFacts(f, cs.Mounts, true)
   f.capAdd = strings(cs.CapabilityAdd).map(capability)
   f.capDrop = strings(cs.CapabilityDrop).map(capability)
   f.sysctls = Object.keys(obj(cs.Sysctls))

@@ -12,6 +12,7 @@
  * than bind and tmpfs are host volumes. Tenants are further limited to the fields
  * the gateway knows (src/gateway/tenancy/libpod.ts).
  */
+import { numberOf } from '../api/body/number'
 import { capability, localVolume, normalizeHostPath, securityOption, type Facts } from './fields'
 
 type Json = Record<string, unknown>
@@ -20,7 +21,7 @@ const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : [])
 const str = (v: unknown): string => (typeof v === 'string' ? v : '')
 const strings = (v: unknown): string[] => arr(v).filter((x): x is string => typeof x === 'string')
 const num = (v: unknown): number => {
-  const n = v === null || v === undefined || typeof v === 'boolean' ? 0 : Number(v)
+  const n = numberOf(v)
   return Number.isFinite(n) ? n : 0
 }
 

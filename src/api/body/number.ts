@@ -55,3 +55,16 @@ export class JsonNumber {
 export function isJsonNumber (value: unknown): value is JsonNumber {
   return value instanceof JsonNumber
 }
+
+/**
+ * A body value as a number, for limits and comparisons: a number's or JsonNumber's value,
+ * Number() of a string or bigint, and NaN for anything else. Number() itself would throw
+ * on the decoder's objects (they have no prototype, so no valueOf or toString), and on an
+ * array holding one; Go refuses all of those for a number field anyway.
+ */
+export function numberOf (v: unknown): number {
+  if (typeof v === 'number') return v
+  if (v instanceof JsonNumber) return v.valueOf()
+  if (typeof v === 'string' || typeof v === 'bigint') return Number(v)
+  return NaN
+}

@@ -6,7 +6,7 @@
 import type { Operation } from '../../api/catalog/operations'
 import { GatewayError } from '../../api/errors'
 import type { TenancySettings } from '../../policy/tenancy'
-import { isJsonNumber } from '../../api/body/number'
+import { isJsonNumber, numberOf } from '../../api/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
 import type { Credentials } from '../../config'
 import type { ObjectKind, Resolution, Resolver } from './lookup'
@@ -20,7 +20,7 @@ export type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 export const str = (v: unknown): string => (typeof v === 'string' ? v : isJsonNumber(v) ? String(v) : '')
 export const list = (v: unknown): any[] => (Array.isArray(v) ? v : [])
 /** A positive finite number, else 0 (Go's zero value: not set). */
-export const num = (v: unknown): number => { const n = Number(v ?? 0); return Number.isFinite(n) && n > 0 ? n : 0 }
+export const num = (v: unknown): number => { const n = numberOf(v); return Number.isFinite(n) && n > 0 ? n : 0 }
 
 /** A tenancy handler: checks and scopes one operation's call (operations.ts, libpod.ts). */
 export type Handler = (call: Call) => Promise<void>

@@ -245,6 +245,15 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
 
 function enc (s: string): string { return encodeURIComponent(s) }
 
+/**
+ * Whether a volume could have this name. None has a `/` (the engine refuses them), and
+ * the engine's router cannot look one up: `/volumes/%2Fetc` is redirected (301) to a
+ * cleaned path, which is no answer about a volume.
+ */
+export function volumeName (name: string): boolean {
+  return name !== '' && !name.includes('/')
+}
+
 export class Resolver {
   constructor (private readonly upstream: Upstream, readonly cache: OwnerCache) {}
 
@@ -404,7 +413,7 @@ export class Resolver {
   }
 
   async volume (name: string, tenant: string): Promise<Resolution> {
-    if (name === '') return { state: 'missing' }
+    if (!volumeName(name)) return { state: 'missing' }
     const r = await this.get(`/volumes/${enc(name)}`)
     if (r.status === 404) return { state: 'missing' }
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up volume ${name} failed (${r.status})`)
@@ -413,7 +422,7 @@ export class Resolver {
 
   /** Whether a volume of that name exists at all (any owner). */
   async volumeExists (name: string): Promise<boolean> {
-    return (await this.get(`/volumes/${enc(name)}`)).status === 200
+    return volumeName(name) && (await this.get(`/volumes/${enc(name)}`)).status === 200
   }
 
   async exec (id: string, tenant: string): Promise<Resolution> {

@@ -13,12 +13,14 @@ import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../../api/errors'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
+import { numberOf } from '../../api/body/number'
+import { swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
-import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
+import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 import { libpodHandlers } from './libpod'
@@ -204,10 +206,11 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
   const named = new Set<string>()
   for (const b of list(hc?.Binds)) {
     const src = str(b).split(':')[0]
-    if (src && !src.startsWith('/')) named.add(src)
+    if (volumeName(src)) named.add(src)
   }
   for (const m of list(hc?.Mounts)) {
-    if (str((m as any)?.Type) === 'volume' && str((m as any)?.Source)) named.add(str((m as any).Source))
+    // A source that cannot be a volume's name is left to the engine, which refuses it.
+    if (str((m as any)?.Type) === 'volume' && volumeName(str((m as any)?.Source))) named.add(str((m as any).Source))
   }
   const newVolumes: string[] = []
   for (const name of named) {
@@ -302,8 +305,8 @@ const containerUpdate: Handler = async (call) => {
   call.setParam('id', id)
   const b = call.body ?? {}
   // In an update, PidsLimit is a pointer: absent leaves the limit, 0 (like -1) removes it.
-  if (b.PidsLimit !== undefined && b.PidsLimit !== null && !(Number(b.PidsLimit) > 0)) {
-    throw refuse('pids-limit-update', `PidsLimit ${String(b.PidsLimit)} in an update removes the container's process limit: not available to tenants`)
+  if (b.PidsLimit !== undefined && b.PidsLimit !== null && !(numberOf(b.PidsLimit) > 0)) {
+    throw refuse('pids-limit-update', `PidsLimit ${JSON.stringify(b.PidsLimit)} in an update removes the container's process limit: not available to tenants`)
   }
   const changesMemory = num(b.Memory) > 0
   const changesCpu = cpuOf(b) > 0
@@ -742,7 +745,7 @@ async function serviceReferences (call: Call): Promise<void> {
     if (target) await own(call, 'network', target, 'body')
   }
   for (const m of list(cs?.Mounts)) {
-    if (str((m as any)?.Type) === 'volume' && str((m as any)?.Source)) {
+    if (swarmMountType((m as any)?.Type) === 'volume' && str((m as any)?.Source)) {
       const src = str((m as any).Source)
       if ((await call.r.volume(src, call.tenant)).state !== 'own') throw missing('volume', src, call.op.id, 'body')
     }
@@ -765,7 +768,7 @@ function serviceIdentity (call: Call): void {
   numericUser(str(cs?.User), 'ContainerSpec.User')
   supplementaryGroups(cs?.Groups, 'ContainerSpec.Groups')
   const pids = bodyAt(call, 'TaskTemplate', 'Resources', 'Limits', 'Pids')
-  if (pids !== undefined && pids !== null && Number(pids) < 0) throw refuse('pids-limit', 'a negative Pids limit removes the tasks\' process limit: not available to tenants')
+  if (pids !== undefined && pids !== null && numberOf(pids) < 0) throw refuse('pids-limit', 'a negative Pids limit removes the tasks\' process limit: not available to tenants')
 }
 
 const containerExec: Handler = async (call) => {
