@@ -16,7 +16,7 @@
  *   (b) through the gateway as an administrator (no rewrites, no owner labels): the engine
  *       must store exactly what (a) stored, or refuse as (a) refused. The gateway may refuse
  *       more only where it is stricter by design (a field twice, a non-ASCII field name:
- *       src/policy/body/decode.ts), and may be accepted where (a) was refused only for a
+ *       src/api/body/decode.ts), and may be accepted where (a) was refused only for a
  *       top-level host field of the wrong type beside a HostConfig object, which the engine
  *       ignores but still type-checks and the gateway drops (quirks.ts);
  *   (c) through the gateway as tenant A: when it is let through, what the engine stored
