@@ -596,13 +596,15 @@ t.test('the shipped policy evaluates, and forwards, the host config the engine r
   t.same([(await create('{"Image":"busybox","Runtime":"sysbox-runc"}')).rule], ['runtime'], 'no HostConfig: a top-level Runtime is checked')
   t.same([(await create('{"Image":"busybox","Binds":["/etc:/x"]}')).rule], ['host-binds'], 'no HostConfig: top-level Binds are checked')
 
+  // The tenant defaults of rewrites.yaml for /dev/shm and logging.
+  const LOG_AND_SHM = { ShmSize: 67108864, LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } } }
   const ignored = await create('{"Image":"busybox","Privileged":true,"Runtime":"sysbox-runc","Binds":["/:/h"],"HostConfig":{}}')
   t.equal(ignored.decision, 'allow', 'beside HostConfig the engine ignores them: allowed')
-  t.same(forwarded(ignored), { Image: 'busybox', HostConfig: { SecurityOpt: ['no-new-privileges'], Memory: 1073741824, PidsLimit: 1024, CgroupnsMode: 'private' } }, 'and forwarded without them')
+  t.same(forwarded(ignored), { Image: 'busybox', HostConfig: { SecurityOpt: ['no-new-privileges'], Memory: 1073741824, PidsLimit: 1024, CgroupnsMode: 'private', ...LOG_AND_SHM } }, 'and forwarded without them')
 
   const memory = await create('{"Image":"busybox","Memory":33554432,"CpuShares":512,"HostConfig":{"Memory":0}}')
   t.equal(memory.decision, 'allow')
-  t.same(forwarded(memory), { Image: 'busybox', HostConfig: { Memory: 33554432, CpuShares: 512, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private' } },
+  t.same(forwarded(memory), { Image: 'busybox', HostConfig: { Memory: 33554432, CpuShares: 512, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private', ...LOG_AND_SHM } },
     'a top-level Memory fills the empty HostConfig.Memory before the rewrites (the 1 GiB default does not replace it)')
 
   const refused = await create('{"Image":"busybox","Memory":"1g","HostConfig":{}}')

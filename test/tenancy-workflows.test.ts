@@ -207,10 +207,11 @@ t.test('docker-compose 1.29 up -d twice as a tenant: no "has changed" warnings',
 
   // An inspect is re-encoded without the owner labels: the engine's numbers keep every digit.
   const exact = `${P}-a-exact`
-  const created = await api('a', 'POST', `/v1.41/containers/create?name=${exact}`, `{"Image":${JSON.stringify(IMAGE)},"Cmd":["true"],"Labels":{"mine":"yes"},"HostConfig":{"Memory":67108864,"MemorySwap":9007199254740993}}`)
-  t.equal(created.status, 201, 'a container with a memory+swap limit of 2^53+1 bytes', { text: created.text })
+  const created = await api('a', 'POST', `/v1.41/containers/create?name=${exact}`, `{"Image":${JSON.stringify(IMAGE)},"Cmd":["true"],"Labels":{"mine":"yes"},"StopTimeout":9007199254740993}`)
+  // (A stop timeout: a tenant's swap is bounded by the memory-swap rule.)
+  t.equal(created.status, 201, 'a container with a stop timeout of 2^53+1 seconds', { text: created.text })
   const raw = await api('a', 'GET', `/v1.41/containers/${exact}/json`)
-  t.match(raw.text, '"MemorySwap":9007199254740993', 'container inspect shows 9007199254740993 as the engine wrote it')
+  t.match(raw.text, '"StopTimeout":9007199254740993', 'container inspect shows 9007199254740993 as the engine wrote it')
   t.match(raw.text, '"Labels":{"mine":"yes"}', 'and the tenant\'s own label only')
   await direct(['rm', '-f', exact])
 

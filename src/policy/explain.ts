@@ -77,6 +77,25 @@ function source (fact: string, op: string): string {
     case 'buildExtraHosts': return 'extrahosts, docker build --add-host'
     case 'networkDriver': return 'Driver, docker network create --driver'
     case 'pluginPrivileges': return 'the privileges granted'
+    case 'tmpfsSizes':
+    case 'tmpfsOptions': return op === 'VolumeCreate' ? 'DriverOpts o of a tmpfs volume, -o o=' : service ? `${spec('Mounts')} tmpfs, --mount type=tmpfs` : `${hc('Tmpfs')}/Mounts tmpfs, --tmpfs/--mount type=tmpfs`
+    case 'shmSize': return `${hc('ShmSize')}, --shm-size`
+    case 'ulimits': return service ? `${spec('Ulimits')}, --ulimit` : `${hc('Ulimits')}, --ulimit`
+    case 'oomKillDisable': return `${hc('OomKillDisable')}, --oom-kill-disable`
+    case 'oomScoreAdj': return service ? `${spec('OomScoreAdj')}, --oom-score-adj` : `${hc('OomScoreAdj')}, --oom-score-adj`
+    case 'cpuShares': return `${hc('CpuShares')}, --cpu-shares`
+    case 'blkioWeight': return `${hc('BlkioWeight')}, --blkio-weight`
+    case 'blkioDevices': return `${hc('BlkioWeightDevice')}/BlkioDevice*, --blkio-weight-device/--device-read-bps/--device-write-bps/--device-read-iops/--device-write-iops`
+    case 'cpuRealtimePeriod': return `${hc('CpuRealtimePeriod')}, --cpu-rt-period`
+    case 'cpuRealtimeRuntime': return `${hc('CpuRealtimeRuntime')}, --cpu-rt-runtime`
+    case 'memorySwap': return `${hc('MemorySwap')}, --memory-swap`
+    case 'logDriver': return service ? 'TaskTemplate.LogDriver.Name, --log-driver' : `${hc('LogConfig')}.Type, --log-driver`
+    case 'logOptions':
+    case 'logMaxSize':
+    case 'logMaxFile': return service ? 'TaskTemplate.LogDriver.Options, --log-opt' : `${hc('LogConfig')}.Config, --log-opt`
+    case 'volumeDrivers': return op === 'VolumeCreate' ? 'Driver, docker volume create --driver' : service ? `${spec('Mounts')} volume driver, --mount volume-driver=` : `${hc('VolumeDriver')}/Mounts volume driver, --volume-driver/--mount volume-driver=`
+    case 'serviceRuntime': return 'TaskTemplate.Runtime/PluginSpec'
+    case 'secretDriver': return 'Driver, docker secret create --driver'
     default: return ''
   }
 }
@@ -252,6 +271,17 @@ function call (n: Node, c: Context, op: string): Clause[] | null {
       return [{ matched: shown(fact, op, text(v)), allowed: `${fact} not starting with ${text(arg)}` }]
     case 'count':
       return [{ matched: shown(fact, op, list(values(v))), allowed: `${fact}: none` }]
+    case 'anyNotBetween': {
+      const max = value(args[2], c)
+      return [{ matched: shown(fact, op, list(values(v).filter((x) => fns.anyNotBetween([x], arg, max)))), allowed: `${fact} from ${text(arg)} to ${text(max)}` }]
+    }
+    case 'ulimitsOutside': {
+      const out = values(v).filter((u) => fns.ulimitsOutside([u], arg)).map((u) => {
+        const { name, soft, hard } = u as { name: unknown, soft: unknown, hard: unknown }
+        return `${String(name)}=${String(soft)}:${String(hard)}`
+      })
+      return [{ matched: shown(fact, op, list(out)), allowed: `${fact} only ${csv(arg).join(', ')} (name=most; -1 is unlimited)` }]
+    }
     case 'isRoot':
       return [{ matched: shown(fact, op, text(v)), allowed: `${fact} with neither user nor group root (0), e.g. 1000:1000` }]
     case 'sharedNamespace': {

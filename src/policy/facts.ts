@@ -8,10 +8,10 @@
  * `buildInput` is the one place that knows the shape of the policy input.
  */
 import { numberOf } from '../api/body/number'
-import { capability, localVolume, normalizeHostPath, securityOption, type Facts, type PolicyInput } from './fields'
+import { capability, goAtoi, localVolume, logSize, normalizeHostPath, optionTokens, securityOption, tmpfsMount, tmpfsMountTokens, type Facts, type PolicyInput } from './fields'
 import { libpodFacts } from './libpod-facts'
 
-export { capability, localVolume, normalizeHostPath, securityOption, type Facts, type Namespaces, type PolicyInput } from './fields'
+export { capability, localVolume, normalizeHostPath, securityOption, type Facts, type Namespaces, type PolicyInput, type Ulimit } from './fields'
 
 type Json = Record<string, unknown>
 
@@ -51,17 +51,55 @@ export function swarmMountType (type: unknown): string {
   return t === '' ? 'bind' : t.toLowerCase()
 }
 
+/** A memory-backed mount: its size bound and option names. */
+function tmpfsFacts (f: Facts, tokens: readonly string[]): void {
+  const t = tmpfsMount(tokens)
+  f.tmpfsSizes.push(t.size)
+  f.tmpfsOptions.push(...t.options)
+}
+
+/** A volume's driver, when named, and what a local one's options make: a tmpfs is memory-backed. */
+function volumeFacts (f: Facts, driver: string, opts: Json): void {
+  if (driver !== '') f.volumeDrivers.push(driver)
+  const v = localVolume(driver, opts)
+  if (v.bindPath) f.hostPaths.push(v.bindPath)
+  if (v.hostAccess) f.hostVolume = true
+  if ((driver === '' || driver === 'local') && str(opts.type) === 'tmpfs') tmpfsFacts(f, optionTokens(str(opts.o)))
+}
+
 function mountFacts (f: Facts, mounts: unknown, swarm = false): void {
   for (const m of arr(mounts).map(obj)) {
     const type = swarm ? swarmMountType(m.Type) : str(m.Type)
     if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(normalizeHostPath(str(m.Source)))
     if (type === 'volume') {
       const driver = obj(obj(m.VolumeOptions).DriverConfig)
-      const v = localVolume(str(driver.Name), obj(driver.Options))
-      if (v.bindPath) f.hostPaths.push(v.bindPath)
-      if (v.hostAccess) f.hostVolume = true
+      volumeFacts(f, str(driver.Name), obj(driver.Options))
     }
+    if (type === 'tmpfs') tmpfsFacts(f, tmpfsMountTokens(m))
   }
+}
+
+/** Ulimits `[{Name, Soft, Hard}]`; any negative value is RLIM_INFINITY once the engine casts it. */
+function ulimitFacts (f: Facts, ulimits: unknown): void {
+  for (const u of arr(ulimits).map(obj)) {
+    const limit = (v: unknown): number => (num(v) < 0 ? -1 : num(v))
+    f.ulimits.push({ name: str(u.Name).toLowerCase(), soft: limit(u.Soft), hard: limit(u.Hard) })
+  }
+}
+
+/**
+ * A log configuration as the daemon will use it: the driver, option names, and the disk
+ * its files may fill. json-file keeps one unbounded file unless max-size is given; local
+ * keeps 5 files of 20 MiB unless told otherwise (moby daemon/logger/jsonfilelog, local).
+ */
+function logFacts (f: Facts, driver: string, options: Json): void {
+  f.logDriver = driver
+  f.logOptions = Object.keys(options)
+  const size = options['max-size']
+  const files = options['max-file']
+  const local = driver === 'local'
+  f.logMaxSize = size === undefined ? (local ? 20 * 1024 * 1024 : 0) : logSize(str(size))
+  f.logMaxFile = files === undefined ? (local ? 5 : 1) : goAtoi(str(files)) ?? -1
 }
 
 function emptyFacts (): Facts {
@@ -89,6 +127,25 @@ function emptyFacts (): Facts {
     buildExtraHosts: [],
     networkDriver: '',
     pluginPrivileges: [],
+    tmpfsSizes: [],
+    tmpfsOptions: [],
+    shmSize: 0,
+    ulimits: [],
+    oomKillDisable: false,
+    oomScoreAdj: 0,
+    cpuShares: 0,
+    blkioWeight: 0,
+    blkioDevices: [],
+    cpuRealtimePeriod: 0,
+    cpuRealtimeRuntime: 0,
+    memorySwap: 0,
+    logDriver: '',
+    logOptions: [],
+    logMaxSize: 0,
+    logMaxFile: 0,
+    volumeDrivers: [],
+    serviceRuntime: '',
+    secretDriver: '',
   }
 }
 
@@ -122,6 +179,23 @@ function hostConfigFacts (f: Facts, hc: Json): void {
   f.memory = num(hc.Memory)
   f.nanoCpus = num(hc.NanoCpus) || (num(hc.CpuPeriod) > 0 ? Math.round(num(hc.CpuQuota) / num(hc.CpuPeriod) * 1e9) : 0)
   f.pidsLimit = num(hc.PidsLimit)
+  // Host resources that are not the limits a quota counts.
+  for (const [, opts] of Object.entries(obj(hc.Tmpfs))) tmpfsFacts(f, optionTokens(str(opts)))
+  if (str(hc.VolumeDriver) !== '') f.volumeDrivers.push(str(hc.VolumeDriver))
+  f.shmSize = num(hc.ShmSize)
+  ulimitFacts(f, hc.Ulimits)
+  f.oomKillDisable = hc.OomKillDisable === true
+  f.oomScoreAdj = num(hc.OomScoreAdj)
+  f.cpuShares = num(hc.CpuShares)
+  f.blkioWeight = num(hc.BlkioWeight)
+  for (const k of ['BlkioWeightDevice', 'BlkioDeviceReadBps', 'BlkioDeviceWriteBps', 'BlkioDeviceReadIOps', 'BlkioDeviceWriteIOps']) {
+    f.blkioDevices.push(...arr(hc[k]).map((d) => str(obj(d).Path)))
+  }
+  f.cpuRealtimePeriod = num(hc.CpuRealtimePeriod)
+  f.cpuRealtimeRuntime = num(hc.CpuRealtimeRuntime)
+  f.memorySwap = num(hc.MemorySwap)
+  const log = obj(hc.LogConfig)
+  logFacts(f, str(log.Type), obj(log.Config))
 }
 
 /** A swarm service's container spec, expressed in the same facts as a container. */
@@ -144,6 +218,12 @@ function serviceFacts (f: Facts, spec: Json): void {
   f.memory = num(limits.MemoryBytes)
   f.nanoCpus = num(limits.NanoCPUs)
   f.pidsLimit = num(limits.Pids)
+  ulimitFacts(f, cs.Ulimits)
+  f.oomScoreAdj = num(cs.OomScoreAdj)
+  const log = obj(task.LogDriver)
+  logFacts(f, str(log.Name), obj(log.Options))
+  // A plugin task makes the engine pull and install the plugin PluginSpec names.
+  f.serviceRuntime = str(task.Runtime) || (Object.keys(obj(task.PluginSpec)).length ? 'plugin' : Object.keys(obj(task.NetworkAttachmentSpec)).length ? 'attachment' : '')
 }
 
 /** Build query parameters that matter: `networkmode`, `extrahosts`. */
@@ -179,12 +259,13 @@ export function buildInput (op: string, kind: string, resource: string, query: U
     case 'ServiceUpdate':
       serviceFacts(f, b)
       break
-    case 'VolumeCreate': {
-      const v = localVolume(str(b.Driver), obj(b.DriverOpts))
-      if (v.bindPath) f.hostPaths.push(v.bindPath)
-      f.hostVolume = v.hostAccess
+    case 'VolumeCreate':
+      volumeFacts(f, str(b.Driver), obj(b.DriverOpts))
       break
-    }
+    case 'SecretCreate':
+    case 'SecretUpdate':
+      f.secretDriver = str(obj(b.Driver).Name)
+      break
     case 'NetworkCreate':
       f.networkDriver = str(b.Driver) || 'bridge'
       break

@@ -64,7 +64,45 @@ export interface Facts {
   networkDriver: string
   /** Plugin install/upgrade: privilege names granted. */
   pluginPrivileges: string[]
+  /**
+   * Memory-backed mounts (HostConfig.Tmpfs, tmpfs Mounts, local volumes of type tmpfs):
+   * the bytes each may fill, 0 when nothing bounds it but the host's RAM (no size, a
+   * size of 0, a percentage of the host's memory, or a size the kernel would not read).
+   */
+  tmpfsSizes: number[]
+  /** Their mount options as given, by name (`size`, `mode`, `exec`, `suid`, `nr_inodes`...). */
+  tmpfsOptions: string[]
+  /** HostConfig.ShmSize in bytes (0: the engine's default). */
+  shmSize: number
+  /** Ulimits with lower-case names (the engine upper-cases them into RLIMIT_*); -1: unlimited. */
+  ulimits: Ulimit[]
+  oomKillDisable: boolean
+  oomScoreAdj: number
+  /** Relative CPU and block-IO weights (0: the engine's default). */
+  cpuShares: number
+  blkioWeight: number
+  /** Host devices named by block-IO weights and throttles (BlkioWeightDevice, BlkioDevice*). */
+  blkioDevices: string[]
+  cpuRealtimePeriod: number
+  cpuRealtimeRuntime: number
+  /** HostConfig.MemorySwap: memory plus swap in bytes, -1 unlimited swap, 0 the engine's default. */
+  memorySwap: number
+  /** Logging: the driver (`''`: the daemon's default), option names, and the disk it may fill. */
+  logDriver: string
+  logOptions: string[]
+  /** Bytes per log file; 0 when nothing bounds it (json-file without max-size, or unreadable). */
+  logMaxSize: number
+  /** Number of log files kept (json-file 1, local 5 by default); -1 when unreadable. */
+  logMaxFile: number
+  /** Volume drivers named (VolumeCreate Driver, HostConfig.VolumeDriver, mounts' DriverConfig), when given. */
+  volumeDrivers: string[]
+  /** A service's task runtime: `container` (or `''`), `plugin`, `attachment`. */
+  serviceRuntime: string
+  /** A secret's external driver (a plugin the swarm manager calls), `''` when none. */
+  secretDriver: string
 }
+
+export interface Ulimit { name: string, soft: number, hard: number }
 
 export interface PolicyInput extends Facts {
   readonly op: string
@@ -128,4 +166,81 @@ export function localVolume (driver: string, opts: Json): { hostAccess: boolean,
   const bind = o.includes('bind') || o.includes('rbind') || type === 'none'
   const hostAccess = Object.keys(opts).length > 0 && !(type === 'tmpfs' && !bind && !device.startsWith('/'))
   return { hostAccess, bindPath: bind && device.startsWith('/') ? normalizeHostPath(device) : null }
+}
+
+/**
+ * The kernel's memparse() as tmpfs reads `size=` and `nr_blocks=`: an unsigned number
+ * in C notation (`0x` hex, a leading `0` octal), then an optional K, M, G, T, P or E.
+ * null when the kernel would refuse it; `relative` for a percentage of the host's RAM.
+ */
+function memparse (s: string): bigint | 'relative' | null {
+  const m = /^(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)([kKmMgGtTpPeE]?)(%?)$/.exec(s)
+  if (!m) return null
+  const n = BigInt(m[1].length > 1 && m[1][0] === '0' && !/^0[xX]/.test(m[1]) ? '0o' + m[1].slice(1) : m[1])
+  if (m[3] === '%') return 'relative'
+  const shift = BigInt(10 * (' KMGTPE'.indexOf(m[2].toUpperCase()) || 0))
+  return n << shift
+}
+
+/**
+ * The options of a memory-backed mount as the engine passes them (moby's
+ * MergeTmpfsOptions keeps the last value of each data option), and the bytes it may
+ * fill: the last `size=` (bytes) or `nr_blocks=` (pages) wins, 0 when the kernel reads
+ * no fixed bound (none given, 0, a percentage of RAM, or a value it refuses).
+ */
+export function tmpfsMount (tokens: readonly string[]): { size: number, options: string[] } {
+  let size = 0
+  for (const t of tokens) {
+    const eq = t.indexOf('=')
+    const key = eq < 0 ? t : t.slice(0, eq)
+    if (key !== 'size' && key !== 'nr_blocks') continue
+    const v = memparse(eq < 0 ? '' : t.slice(eq + 1))
+    if (v === null || v === 'relative') { size = 0; continue }
+    const bytes = key === 'nr_blocks' ? v * 4096n : v
+    size = bytes > BigInt(Number.MAX_SAFE_INTEGER) ? 0 : Number(bytes)
+  }
+  return { size, options: tokens.map((t) => t.split('=')[0]) }
+}
+
+/** `size=64m,mode=1777` (HostConfig.Tmpfs values, a local tmpfs volume's `o`) as the engine splits it. */
+export function optionTokens (s: string): string[] {
+  return s === '' ? [] : s.split(',')
+}
+
+/**
+ * A tmpfs Mount as the engine turns it into mount options (ConvertTmpfsOptions): `ro`,
+ * `mode=` from Mode, `size=` from SizeBytes (0 or less: none), then API 1.46's Options
+ * pairs, later ones winning.
+ */
+export function tmpfsMountTokens (m: Record<string, unknown>): string[] {
+  const o = m.TmpfsOptions !== null && typeof m.TmpfsOptions === 'object' ? m.TmpfsOptions as Record<string, unknown> : {}
+  const out: string[] = []
+  if (m.ReadOnly === true) out.push('ro')
+  const mode = Number(o.Mode ?? 0)
+  if (Number.isFinite(mode) && mode !== 0) out.push(`mode=${mode.toString(8)}`)
+  const size = Number(o.SizeBytes ?? 0)
+  if (Number.isFinite(size) && size > 0) out.push(`size=${Math.floor(size)}`)
+  for (const pair of Array.isArray(o.Options) ? o.Options : []) {
+    if (Array.isArray(pair) && pair.length > 0) out.push(pair.map(String).slice(0, 2).join('='))
+  }
+  return out
+}
+
+const SIZE_UNITS = ' KMGTP'
+
+/**
+ * A log file size as the logging drivers read `max-size` (go-units: `10m`, `1.5 GiB`,
+ * `100k`); read with binary units, the larger of the two readings go-units has used
+ * (FromHumanSize is decimal, RAMInBytes binary). 0 when unreadable.
+ */
+export function logSize (s: string): number {
+  const m = /^(\d+(?:\.\d+)?) ?([kKmMgGtTpP])?[iI]?[bB]?$/.exec(s)
+  if (!m) return 0
+  const n = Math.floor(Number(m[1]) * 1024 ** SIZE_UNITS.indexOf((m[2] ?? ' ').toUpperCase()))
+  return Number.isFinite(n) ? n : 0
+}
+
+/** Go's strconv.Atoi, as the logging drivers read `max-file`; null when it fails. */
+export function goAtoi (s: string): number | null {
+  return /^[+-]?\d{1,18}$/.test(s) ? Number(s) : null
 }

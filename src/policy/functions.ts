@@ -17,6 +17,29 @@ function under (p: string, prefix: string): boolean {
   return p === base || p.startsWith(base === '/' ? '/' : base + '/')
 }
 
+/** A ulimit value against a cap: a negative value is RLIM_INFINITY, above every cap. */
+function overCap (v: number, cap: number): boolean {
+  return v < 0 || v > cap
+}
+
+/**
+ * Ulimits outside `spec`, a list of allowed names, each either bare (any value) or
+ * `name=cap` (soft and hard at most cap, never unlimited): `nofile=1048576,core`.
+ */
+function ulimitsOutside (ulimits: unknown, spec: unknown): boolean {
+  const caps = new Map(list(spec).map((e) => {
+    const [name, cap] = e.split('=')
+    return [name.toLowerCase(), cap === undefined ? null : Number(cap)] as const
+  }))
+  return (Array.isArray(ulimits) ? ulimits : []).some((u: unknown) => {
+    const { name, soft, hard } = (u ?? {}) as { name?: unknown, soft?: unknown, hard?: unknown }
+    const key = String(name ?? '').toLowerCase()
+    if (!caps.has(key)) return true
+    const cap = caps.get(key)
+    return cap !== null && cap !== undefined && (overCap(Number(soft), cap) || overCap(Number(hard), cap))
+  })
+}
+
 export const conditionFunctions = {
   /** The matcher's subject test: `*`, or one of the request's principals. */
   member: (principals: unknown, sub: unknown): boolean => sub === '*' || values(principals).includes(String(sub)),
@@ -39,6 +62,9 @@ export const conditionFunctions = {
   anyStartsWith: (v: unknown, prefix: unknown): boolean => values(v).some((x) => x.startsWith(String(prefix))),
   startsWith: (s: unknown, prefix: unknown): boolean => String(s ?? '').startsWith(String(prefix)),
   count: (v: unknown): number => Array.isArray(v) ? v.length : 0,
+  /** Some number lies outside [min, max]. */
+  anyNotBetween: (v: unknown, min: unknown, max: unknown): boolean => values(v).map(Number).some((x) => !(x >= Number(min) && x <= Number(max))),
+  ulimitsOutside,
   /**
    * A user spec whose user or group is root: `root`, `0`, `00`, `+0`, `1000:0`,
    * `x:root` (the engine reads numbers with strconv.Atoi, which takes signs and

@@ -13,7 +13,7 @@
  * the gateway knows (src/gateway/tenancy/libpod.ts).
  */
 import { numberOf } from '../api/body/number'
-import { capability, localVolume, normalizeHostPath, securityOption, type Facts } from './fields'
+import { capability, localVolume, normalizeHostPath, securityOption, tmpfsMount, type Facts } from './fields'
 
 type Json = Record<string, unknown>
 const obj = (v: unknown): Json => (v !== null && typeof v === 'object' && !Array.isArray(v) ? v as Json : {})
@@ -115,6 +115,26 @@ function specGeneratorFacts (f: Facts, b: Json): void {
   const cpu = obj(resources.cpu)
   f.nanoCpus = num(cpu.quota) > 0 && num(cpu.period) > 0 ? Math.round(num(cpu.quota) / num(cpu.period) * 1e9) : 0
   f.pidsLimit = num(obj(resources.pids).limit)
+  // Host resources the quotas do not count, in the Docker facts' terms (docs/tenancy.md).
+  f.shmSize = num(b.shm_size)
+  f.oomScoreAdj = num(b.oom_score_adj)
+  for (const r of arr(b.r_limits).map(obj)) {
+    const limit = (v: unknown): number => (num(v) < 0 ? -1 : num(v))
+    f.ulimits.push({ name: str(r.type).toLowerCase().replace(/^rlimit_/, ''), soft: limit(r.soft), hard: limit(r.hard) })
+  }
+  const memory = obj(resources.memory)
+  f.memorySwap = num(memory.swap)
+  f.oomKillDisable = memory.disableOOMKiller === true
+  f.cpuShares = num(cpu.shares)
+  f.cpuRealtimePeriod = num(cpu.realtimePeriod)
+  f.cpuRealtimeRuntime = num(cpu.realtimeRuntime)
+  const blockIO = obj(resources.blockIO)
+  f.blkioWeight = num(blockIO.weight)
+  for (const k of ['weightDevice', 'throttleReadBpsDevice', 'throttleWriteBpsDevice', 'throttleReadIOPSDevice', 'throttleWriteIOPSDevice']) {
+    f.blkioDevices.push(...Object.keys(obj(b[k])), ...arr(blockIO[k]).map((d) => JSON.stringify(d)))
+  }
+  // A tmpfs mount's size as the kernel reads its options (Podman adds options of its own, such as tmpcopyup: not judged here).
+  for (const m of arr(b.mounts).map(obj)) if (str(m.type) === 'tmpfs') f.tmpfsSizes.push(tmpfsMount(strings(m.options)).size)
 }
 
 /** Fill `f` from a libpod operation's body; operations without security-relevant bodies leave it empty. */
@@ -166,6 +186,17 @@ export function libpodSource (fact: string, op: string): string {
     case 'nanoCpus': return 'resource_limits.cpu.quota/period, --cpus'
     case 'pidsLimit': return 'resource_limits.pids.limit, --pids-limit'
     case 'networkDriver': return 'driver, podman network create --driver'
+    case 'shmSize': return 'shm_size, --shm-size'
+    case 'oomScoreAdj': return 'oom_score_adj, --oom-score-adj'
+    case 'ulimits': return 'r_limits, --ulimit'
+    case 'tmpfsSizes': return 'mounts of type tmpfs, --tmpfs/--mount type=tmpfs'
+    case 'memorySwap': return 'resource_limits.memory.swap, --memory-swap'
+    case 'oomKillDisable': return 'resource_limits.memory.disableOOMKiller, --oom-kill-disable'
+    case 'cpuShares': return 'resource_limits.cpu.shares, --cpu-shares'
+    case 'cpuRealtimePeriod': return 'resource_limits.cpu.realtimePeriod, --cpu-rt-period'
+    case 'cpuRealtimeRuntime': return 'resource_limits.cpu.realtimeRuntime, --cpu-rt-runtime'
+    case 'blkioWeight': return 'resource_limits.blockIO.weight, --blkio-weight'
+    case 'blkioDevices': return 'weightDevice, throttle*Device; --blkio-weight-device/--device-*-bps/--device-*-iops'
     default: return ''
   }
 }

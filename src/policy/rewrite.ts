@@ -8,7 +8,7 @@
  *     roles: [tenant]              # principals it applies to ("*" = everyone)
  *     except: [admin]              # optional
  *     set:     { /Labels/io.portcullis.tenant: "{tenant}" }   # always, replacing
- *     default: { /HostConfig/PidsLimit: 512 }                 # only when absent, null or zero
+ *     default: { /HostConfig/PidsLimit: 512 }                 # only when absent, null or zero (an object: all its fields)
  *     append:  { /HostConfig/SecurityOpt: no-new-privileges }  # add to a list unless present
  *
  * Paths are JSON Pointers (RFC 6901) into the canonical body; `{subject}` and
@@ -92,11 +92,12 @@ function fill (v: unknown, who: { subject: string, tenant: string | null }): unk
 type Obj = Record<string, unknown>
 const isObj = (v: unknown): v is Obj => v !== null && typeof v === 'object' && !Array.isArray(v)
 
+/** Go's zero value: an object is zero when all its fields are (`"LogConfig":{"Type":"","Config":{}}`). */
 function isZero (v: unknown): boolean {
   if (v === undefined || v === null || v === '' || v === false || v === 0) return true
   if (isJsonNumber(v)) return Number(v) === 0
   if (Array.isArray(v)) return v.length === 0
-  return typeof v === 'object' && Object.keys(v).length === 0
+  return typeof v === 'object' && Object.values(v).every(isZero)
 }
 
 /** Apply one step to `root` copy-on-write along the path; returns the new root and the patch, or null if nothing changed. */

@@ -60,7 +60,7 @@ export function factsSet (input: PolicyInput): string[] {
   const add = (name: string, v: unknown): void => {
     if (v === '' || v === false || v === 0 || v === null || v === undefined || (Array.isArray(v) && v.length === 0)) return
     if (typeof v === 'object' && !Array.isArray(v)) { for (const [k, x] of Object.entries(v)) add(`${name}.${k}`, x); return }
-    out.push(`${name}=${Array.isArray(v) ? `[${v.join(', ')}]` : String(v)}`)
+    out.push(`${name}=${Array.isArray(v) ? `[${v.map((x) => (x !== null && typeof x === 'object' ? JSON.stringify(x) : String(x))).join(', ')}]` : String(v)}`)
   }
   for (const [k, v] of Object.entries(input)) if (!NOT_FACTS.has(k)) add(k, v)
   return out

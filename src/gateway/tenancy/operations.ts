@@ -21,7 +21,7 @@ import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
 import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
-import { checkQuota, checkVolumeQuota, cpuOf, nodeCount, serviceUsage } from './quota'
+import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 import { libpodHandlers } from './libpod'
 import { registryAuthHeader } from './registry-auth'
@@ -275,7 +275,7 @@ const containerCreate: Handler = async (call) => {
   const [, { newVolumes }, admitted] = await inOrder([
     nameFree(call, 'container', name),
     containerReferences(call, hc, bodyAt(call, 'NetworkingConfig'), bodyAt(call, 'Image')),
-    checkQuota(call, { containers: 1, memory: num(hc?.Memory), nanoCpus: cpuOf(hc) }),
+    checkQuota(call, { containers: 1, memory: memoryOf(hc), nanoCpus: cpuOf(hc) }),
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
   stamp(call, ['Labels'])
@@ -312,7 +312,8 @@ const containerUpdate: Handler = async (call) => {
   const changesCpu = cpuOf(b) > 0
   if (!changesMemory && !changesCpu) return
   const current = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig ?? {}
-  await checkQuota(call, { containers: 0, memory: changesMemory ? num(b.Memory) : num(current.Memory), nanoCpus: changesCpu ? cpuOf(b) : cpuOf(current) }, { container: id })
+  // The memory-backed mounts stay as they are (an update cannot change them).
+  await checkQuota(call, { containers: 0, memory: memoryOf({ ...current, Memory: changesMemory ? b.Memory : current.Memory }), nanoCpus: changesCpu ? cpuOf(b) : cpuOf(current) }, { container: id })
 }
 
 /**

@@ -3,7 +3,14 @@
  * CPU limits, number of volumes. Usage is counted on the engine at the moment of the
  * request: the tenant's own containers (those a swarm service runs are counted through
  * their service instead) plus each own service's replicas times its limits.
+ *
+ * A container's memory is its limit plus its memory-backed mounts: each tmpfs's size,
+ * and /dev/shm past the engine's default 64 MiB (which every container has, like its
+ * root filesystem). The kernel charges tmpfs pages to the container that writes them,
+ * but pages swapped out or kept by a mount another process holds open are not bounded
+ * by that limit alone; the quota counts what the tenant asked for.
  */
+import { optionTokens, tmpfsMount, tmpfsMountTokens } from '../../policy/fields'
 import { quotaFor, type Quota } from '../../policy/tenancy'
 import { GatewayError } from '../../api/errors'
 import { num, refuse, type Call } from './call'
@@ -18,6 +25,29 @@ export function cpuOf (hc: any): number {
   if (num(hc?.NanoCpus)) return num(hc.NanoCpus)
   if (num(hc?.CpuQuota) && num(hc?.CpuPeriod)) return Math.round(num(hc.CpuQuota) * 1e9 / num(hc.CpuPeriod))
   return 0
+}
+
+/** The engine's default /dev/shm size: not counted. */
+export const SHM_BASELINE = 64 * 1024 * 1024
+
+/** The sizes of the tmpfs mounts in a list of Mounts (a container's or a service's). */
+export function tmpfsMounts (mounts: unknown): number {
+  return (Array.isArray(mounts) ? mounts : []).filter((m: any) => m?.Type === 'tmpfs').reduce((n: number, m: any) => n + tmpfsMount(tmpfsMountTokens(m)).size, 0)
+}
+
+/**
+ * The memory-backed mounts of a HostConfig (as sent, or as the engine reports it): the
+ * sizes of HostConfig.Tmpfs and tmpfs Mounts, and ShmSize past the engine's default. A
+ * tmpfs without a fixed size is refused to tenants (policy rule tmpfs-size): none is counted.
+ */
+export function memoryBacked (hc: any): number {
+  const tmpfs = Object.values(hc?.Tmpfs ?? {}).reduce((n: number, o) => n + tmpfsMount(optionTokens(typeof o === 'string' ? o : '')).size, 0)
+  return tmpfs + tmpfsMounts(hc?.Mounts) + Math.max(0, num(hc?.ShmSize) - SHM_BASELINE)
+}
+
+/** A create's or an inspect's memory: the limit and the memory-backed mounts; 0 without a limit. */
+export function memoryOf (hc: any): number {
+  return num(hc?.Memory) > 0 ? num(hc.Memory) + memoryBacked(hc) : 0
 }
 
 /**
@@ -42,7 +72,8 @@ function isSet (v: unknown): boolean { return v !== undefined && v !== null }
 export function serviceUsage (spec: any, nodes: number): Usage {
   const replicas = serviceReplicas(spec, nodes)
   const limits = spec?.TaskTemplate?.Resources?.Limits ?? {}
-  return { containers: replicas, memory: replicas * num(limits.MemoryBytes), nanoCpus: replicas * num(limits.NanoCPUs) }
+  const memory = num(limits.MemoryBytes) > 0 ? num(limits.MemoryBytes) + tmpfsMounts(spec?.TaskTemplate?.ContainerSpec?.Mounts) : 0
+  return { containers: replicas, memory: replicas * memory, nanoCpus: replicas * num(limits.NanoCPUs) }
 }
 
 /** What the tenant uses now, leaving out one container or service being replaced. */
@@ -62,7 +93,7 @@ export async function usage (call: Call, except?: { container?: string, service?
     const hc = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig
     // Gone since it was listed (its destroy event is on its way): not counted.
     if (!hc) return null
-    const l = { memory: num(hc.Memory), nanoCpus: cpuOf(hc) }
+    const l = { memory: memoryOf(hc), nanoCpus: cpuOf(hc) }
     cache.setLimits(id, l)
     return l
   }))
