@@ -178,7 +178,12 @@ export interface Config {
   listen: ListenerConfig[];
   upstream: UpstreamConfig;
   api: { minVersion: string; maxVersion: string };
-  limits: { jsonBodyBytes: number };
+  /**
+   * `jsonBodyBytes`: the largest JSON body read and inspected. `bufferedBytes`: the memory
+   * for request bodies held at once, all requests together (a body counts four times its
+   * size; one identity may hold a quarter of it); default 256 MiB.
+   */
+  limits: { jsonBodyBytes: number; bufferedBytes: number };
   auth: AuthConfig;
   policy: PolicyConfig;
   audit: AuditConfig;

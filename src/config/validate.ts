@@ -13,6 +13,7 @@
  *    (or the working directory for the built-in defaults).
  */
 import { loadCredentials } from '../gateway/tenancy/credentials';
+import { BODY_MEMORY_FACTOR } from '../gateway/budget';
 import { readFileSync, realpathSync } from 'node:fs';
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { homedir, userInfo } from 'node:os';
@@ -64,6 +65,7 @@ export const DEFAULTS = {
   apiMinVersion: '1.24',
   apiMaxVersion: '1.56',
   jsonBodyBytes: 1024 * 1024,
+  bufferedBytes: 256 * 1024 * 1024,
   policyDir: './policies',
   auditFile: './audit.jsonl',
   auditLevel: 'metadata' as AuditLevel,
@@ -1009,10 +1011,16 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
   const up = upstreamResult?.config;
   const apiWindow = api(ctx, value);
 
-  const limitsM = section(ctx, value, 'limits', ['jsonBodyBytes']);
+  const limitsM = section(ctx, value, 'limits', ['jsonBodyBytes', 'bufferedBytes']);
   const bodyV = own(limitsM, 'jsonBodyBytes');
   const jsonBodyBytes =
     bodyV === undefined ? DEFAULTS.jsonBodyBytes : num(ctx, new At(['limits', 'jsonBodyBytes']), bodyV, { integer: true, min: 1 }) ?? DEFAULTS.jsonBodyBytes;
+  // The memory held for request bodies at once (src/gateway/budget.ts): a body counts
+  // BODY_MEMORY_FACTOR times its size, and one of the largest must fit.
+  const bufferedV = own(limitsM, 'bufferedBytes');
+  const bufferedMin = jsonBodyBytes * BODY_MEMORY_FACTOR;
+  const bufferedBytes =
+    bufferedV === undefined ? Math.max(DEFAULTS.bufferedBytes, bufferedMin) : num(ctx, new At(['limits', 'bufferedBytes']), bufferedV, { integer: true, min: bufferedMin }) ?? DEFAULTS.bufferedBytes;
 
   const authCfg = auth(ctx, value);
 
@@ -1081,7 +1089,7 @@ export function validate(value: Mapping, source: string | null, opts: ValidateOp
     // Only read when there are no problems, in which case upstream() succeeded.
     upstream: up ?? { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' },
     api: apiWindow,
-    limits: { jsonBodyBytes },
+    limits: { jsonBodyBytes, bufferedBytes },
     auth: authCfg,
     policy: { dir: ctx.path(dir), ...(database ? { database } : {}) },
     audit: auditCfg,

@@ -11,6 +11,7 @@ import type { PolicyInput } from '../policy/facts'
 import type { AppliedRewrite } from '../policy/rewrite'
 import type { GatewayError } from './errors'
 import type { BodyFilter, LocalAnswer, ResponseFilter } from './tenancy'
+import type { BodyHold } from './budget'
 
 export interface RequestContext {
   readonly id: string
@@ -35,6 +36,8 @@ export interface RequestContext {
   audited?: 'request' | 'session'
   /** For operations with an inspected body: exactly the bytes evaluated and forwarded. */
   body?: Buffer
+  /** What the body is charged to in the gateway's body budget, until the request lets go of it. */
+  hold?: BodyHold
   /** The request target to forward when tenancy rewrote it (full ids, owner-label filters). */
   upstreamUrl?: string
   /** Request headers the gateway sets upstream (registry credentials). */
@@ -63,6 +66,11 @@ export interface RequestContext {
   seal?: () => void
   /** Set by the pipeline: called when a hijack is established, before the client hears of it. Throws to fail. */
   established?: () => void
+  /**
+   * Set by the pipeline: called once a streamed answer's head has arrived, when the
+   * request becomes a long stream: what only the check needed is let go.
+   */
+  streaming?: () => void
 }
 
 export function newContext (listener: string, remote: string, method: string, url: string): RequestContext {

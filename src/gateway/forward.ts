@@ -97,6 +97,8 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
   ctx.upstreamMs = performance.now() - sent
   ctx.status = answer.statusCode
+  // The engine has what it was sent: a stream (logs -f, events, a pull) goes on without it.
+  if (target.operation.streams) ctx.streaming?.()
 
   if (ctx.respond && answer.statusCode >= 200 && answer.statusCode < 300 && req.method !== 'HEAD') {
     try {

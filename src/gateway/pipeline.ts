@@ -1,11 +1,16 @@
 /**
  * The request lifecycle, and the only module that knows its order:
  *
- *   listen -> route (operation id) -> authenticate -> read body -> decode, rewrite,
+ *   listen -> route (operation id) -> authenticate -> read body (capped, counted, charged
+ *          to the body budget) -> decode, rewrite,
  *          authorize (policy) -> scope to the tenant (ownership, references, owner
  *          labels, quotas, registry credentials) -> forward | hijack (answers narrowed
  *          to the tenant) -> audit record (before the answer completes; at a session's
  *          start and end) -> log line + metrics
+ *
+ * A request that becomes a long stream (a hijacked session once established, a
+ * streamed answer once its head arrived) lets go of its body, decoded value and facts
+ * then, keeping only what its last audit record reads (letGo).
  *
  * Two entry points feed the same stages: ordinary requests from the listener's
  * fastify instance, and requests Node hands over through its `upgrade` event.
@@ -19,9 +24,12 @@ import { authorize, denialMessage } from '../policy/authorize'
 import type { Policy } from '../policy/engine'
 import type { AuditTrail } from '../audit'
 import { inputFromContext } from '../audit/context'
+import { recordNeeds } from '../audit/record'
 import type { Metrics, UpstreamErrorKind } from '../metrics'
 import type { Identity } from './authenticate'
-import { hasBody, readCapped, readUpgradeBody } from './body'
+import { hasBody, readCapped, readUpgradeBody, type BodyLimits } from './body'
+import type { BodyBudget } from './budget'
+import type { Operation } from './catalog/operations'
 import { resolveTarget, type ApiWindow } from './catalog/route'
 import { elapsedMs, type RequestContext } from './context'
 import { GatewayError, isGatewayError, renderError, toGatewayError } from './errors'
@@ -36,6 +44,8 @@ import type { PolicyAdmin } from './admin'
 export interface GatewayDeps {
   readonly api: ApiWindow
   readonly limits: { readonly jsonBodyBytes: number }
+  /** The memory held for request bodies, all requests together and per identity (limits.bufferedBytes). */
+  readonly budget: BodyBudget
   readonly upstream: Upstream
   readonly log: Logger
   readonly inflight: Inflight
@@ -96,6 +106,50 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
   }
   ctx.target = resolveTarget(req.method ?? '', req.url ?? '', deps.api)
   ctx.identity = deps.authenticate(req, listener)
+}
+
+/**
+ * Operations that take no body still get small JSON objects from real clients, which
+ * the engine ignores: docker-py sends `{}` with a push, dockerode repeats a call's
+ * options (`{"t":5}` on a stop, `{"stream":true,...}` on an attach) beside the query.
+ * Options that fit in a request head (which Node caps at 16 KiB) fit here; they are
+ * read and checked like any body. Anything larger is refused before it is read.
+ * (Form-encoded bodies, which Go would merge into the parameters, are refused in admit.)
+ */
+export const NO_BODY_MAX = 16 * 1024
+
+/** How the body of `op` is read: its cap and the budget it is charged to. */
+function bodyLimits (deps: GatewayDeps, ctx: RequestContext, op: Operation): BodyLimits {
+  const who = ctx.identity!
+  const hold = ctx.hold ??= deps.budget.open(who.tenant !== null ? `tenant:${who.tenant}` : `subject:${who.subject}`, who.tenant)
+  const take = (bytes: number): void => hold.take(bytes)
+  if (op.body !== 'none') return { limit: deps.limits.jsonBodyBytes, take }
+  return {
+    limit: NO_BODY_MAX,
+    take,
+    tooLarge: (limit) => new GatewayError('BODY_TOO_LARGE', `${op.id} takes no request body: up to ${limit} bytes of JSON (the options some clients repeat there) are read, a larger body is refused unread`),
+  }
+}
+
+/** Read the body of an operation that declares one, and whatever small body a body-less operation was sent. */
+async function readBody (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<void> {
+  const op = ctx.target!.operation
+  if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, bodyLimits(deps, ctx, op))
+}
+
+/**
+ * A request that has become a long stream (`logs -f`, events, an attach or exec
+ * session) may run for days: what only its check needed is let go now, its charge in
+ * the body budget, the decoded body and the facts, and the canonical bytes unless its
+ * last audit record reads them (recordNeeds: at level `request`, or for the few
+ * operations whose record derives fields from the body; none of them streams).
+ */
+function letGo (deps: GatewayDeps, ctx: RequestContext): void {
+  ctx.hold?.release()
+  const needs = recordNeeds(ctx.target?.operation.id ?? null, deps.audit.level)
+  ctx.decodedBody = undefined
+  if (!needs.facts) ctx.facts = undefined
+  if (!needs.body) ctx.body = undefined
 }
 
 /**
@@ -208,7 +262,9 @@ function recordHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
     audit(deps, ctx, 'session.start')
     ctx.audited = 'session'
     closeSession = deps.metrics.sessionOpened(ctx.listener)
+    letGo(deps, ctx)
   }
+  ctx.streaming = () => { letGo(deps, ctx) }
   return () => { closeSession?.() }
 }
 
@@ -232,12 +288,15 @@ async function discardUpload (req: IncomingMessage): Promise<void> {
   })
 }
 
+const EMPTY = Buffer.alloc(0)
+
 /** Exec start hijacks unless its (canonical) body asks to detach. */
 function detaches (body: unknown): boolean {
   return body !== null && typeof body === 'object' && (body as { Detach?: unknown }).Detach === true
 }
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
+  ctx.hold?.release()
   // The answer is out (or the request failed): what tenancy held for it is let go.
   try { ctx.settled?.(ctx.status ?? 0) } catch (err) { deps.log.error({ req: ctx.id, err: { message: (err as Error).message } }, 'tenancy settle failed') }
   // A session's end, or a request that ended before its answer completed (client gone,
@@ -299,22 +358,44 @@ function fail (ctx: RequestContext, err: unknown): GatewayError {
   return e
 }
 
+/**
+ * Check a request whose body has been read, and answer it when that is the gateway's
+ * to do; otherwise say how it goes on. The decoded body lives in this frame only: the
+ * long awaits that follow (a stream, a session) must not hold it.
+ */
+async function check (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<'answered' | 'hijack' | 'forward'> {
+  const op = ctx.target!.operation
+  const body = await inspect(deps, ctx, req)
+  if (op.kind === 'policy') {
+    await deps.admin(ctx, body, res)
+    return 'answered'
+  }
+  if (ctx.answer) {
+    answerLocally(ctx, ctx.answer, res)
+    return 'answered'
+  }
+  return op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body)) ? 'hijack' : 'forward'
+}
+
 export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const done = deps.inflight.begin()
   const ended = recordHooks(deps, ctx)
+  // A body refused while it was being read (too large, a shape the decoder refuses, a
+  // full budget) is left unread: the refusal goes out at once and the connection closes.
+  let reading = false
   try {
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
-    if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
-    const body = await inspect(deps, ctx, req)
-    if (op.kind === 'policy') {
-      await deps.admin(ctx, body, res)
-    } else if (ctx.answer) {
-      answerLocally(ctx, ctx.answer, res)
-    } else if (op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body))) {
+    reading = true
+    await readBody(deps, ctx, req)
+    reading = false
+    const next = await check(deps, ctx, req, res)
+    if (next === 'hijack') {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
       await sessionExit(deps, ctx)
+    } else if (next === 'answered') {
+      // The gateway's own answer (policy admin API, tenancy) is out.
     } else if (op.streams) {
       const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
       const closed = deps.metrics.streamOpened()
@@ -331,9 +412,10 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       // A refusal made while the upload streams (an archive a tenant may not load): the
       // rest of it is read and dropped first, within bounds, so that a client that writes
       // its whole body before it reads (Go's net/http) sees the refusal, not a broken pipe.
-      if (e.status < 500 && e.code !== 'BODY_TOO_LARGE' && !req.complete && hasBody(req)) await discardUpload(req)
+      const unread = reading || e.code === 'BODY_TOO_LARGE'
+      if (e.status < 500 && !unread && !req.complete && hasBody(req)) await discardUpload(req)
       // After refusing a body we did not read to its end, the connection cannot be reused.
-      const close = e.code === 'BODY_TOO_LARGE' || (!req.complete && hasBody(req))
+      const close = unread || (!req.complete && hasBody(req))
       res.writeHead(status, { ...headers, ...(close ? { connection: 'close' } : {}) })
       res.end(body)
     } else {
@@ -354,8 +436,10 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
-    const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
-    ctx.body = body
+    let rest: Buffer
+    ;({ body: ctx.body, rest } = await readUpgradeBody(req, socket, head, bodyLimits(deps, ctx, op)))
+    // The head may hold the body's bytes: not kept for the length of the session.
+    head = EMPTY
     await inspect(deps, ctx, req)
     await execCommand(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
