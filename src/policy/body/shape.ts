@@ -26,6 +26,9 @@ export class JsonShape {
   private depth = 0
   private values = 0
 
+  /** The values counted so far (exact for valid JSON once it is complete). */
+  get count (): number { return this.values }
+
   /** Count one more chunk of the body; throws BODY_INVALID past a limit. */
   push (chunk: Uint8Array): void {
     let { inString, escaped, inRun, depth, values } = this
