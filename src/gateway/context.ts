@@ -12,6 +12,7 @@ import type { AppliedRewrite } from '../policy/rewrite'
 import type { GatewayError } from './errors'
 import type { BodyFilter, LocalAnswer, ResponseFilter } from './tenancy'
 import type { BodyHold } from './budget'
+import type { Turn } from './turns'
 
 export interface RequestContext {
   readonly id: string
@@ -38,6 +39,8 @@ export interface RequestContext {
   body?: Buffer
   /** What the body is charged to in the gateway's body budget, until the request lets go of it. */
   hold?: BodyHold
+  /** The identity's slot this request is worked on in (turns.ts). */
+  turn?: Turn
   /** The request target to forward when tenancy rewrote it (full ids, owner-label filters). */
   upstreamUrl?: string
   /** Request headers the gateway sets upstream (registry credentials). */

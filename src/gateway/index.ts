@@ -8,6 +8,7 @@ import { acceptedCredentials, createAuthenticator, type Authenticator } from './
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { BodyBudget } from './budget'
+import { Turns } from './turns'
 import { createUpstream, engineJson, type Upstream } from './upstream'
 import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
@@ -54,7 +55,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     held: (bytes) => { metrics.bodyMemory(bytes) },
     refused: (scope, tenant) => { metrics.bodyRefused(scope, tenant) },
   })
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy, admin: policyAdmin(policy) }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))

@@ -29,6 +29,7 @@ import type { Metrics, UpstreamErrorKind } from '../metrics'
 import type { Identity } from './authenticate'
 import { hasBody, readCapped, readUpgradeBody, type BodyLimits } from './body'
 import type { BodyBudget } from './budget'
+import { LARGE_BODY, type Turns } from './turns'
 import type { Operation } from './catalog/operations'
 import { resolveTarget, type ApiWindow } from './catalog/route'
 import { elapsedMs, type RequestContext } from './context'
@@ -46,6 +47,8 @@ export interface GatewayDeps {
   readonly limits: { readonly jsonBodyBytes: number }
   /** The memory held for request bodies, all requests together and per identity (limits.bufferedBytes). */
   readonly budget: BodyBudget
+  /** Each identity's share of the gateway's attention (turns.ts). */
+  readonly turns: Turns
   readonly upstream: Upstream
   readonly log: Logger
   readonly inflight: Inflight
@@ -118,10 +121,21 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
  */
 export const NO_BODY_MAX = 16 * 1024
 
+/** Whose share a request counts against: its tenant's, else its subject's. */
+function shareOf (ctx: RequestContext): string {
+  const who = ctx.identity!
+  return who.tenant !== null ? `tenant:${who.tenant}` : `subject:${who.subject}`
+}
+
+/** Wait for the identity's turn (turns.ts) before its request is read and worked on. */
+async function takeTurn (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
+  ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
+}
+
 /** How the body of `op` is read: its cap and the budget it is charged to. */
 function bodyLimits (deps: GatewayDeps, ctx: RequestContext, op: Operation): BodyLimits {
   const who = ctx.identity!
-  const hold = ctx.hold ??= deps.budget.open(who.tenant !== null ? `tenant:${who.tenant}` : `subject:${who.subject}`, who.tenant)
+  const hold = ctx.hold ??= deps.budget.open(shareOf(ctx), who.tenant)
   const take = (bytes: number): void => hold.take(bytes)
   if (op.body !== 'none') return { limit: deps.limits.jsonBodyBytes, take }
   return {
@@ -146,6 +160,7 @@ async function readBody (deps: GatewayDeps, ctx: RequestContext, req: IncomingMe
  */
 function letGo (deps: GatewayDeps, ctx: RequestContext): void {
   ctx.hold?.release()
+  ctx.turn?.release()
   const needs = recordNeeds(ctx.target?.operation.id ?? null, deps.audit.level)
   ctx.decodedBody = undefined
   if (!needs.facts) ctx.facts = undefined
@@ -157,6 +172,16 @@ function letGo (deps: GatewayDeps, ctx: RequestContext): void {
  * exactly the bytes evaluated as the bytes to forward. A denial names the rule.
  */
 async function inspect (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<unknown> {
+  // One large body per identity is decoded and judged at a time (turns.ts).
+  const done = (ctx.body?.length ?? 0) > LARGE_BODY ? await deps.turns.largeBody(shareOf(ctx), ctx.identity!.tenant) : undefined
+  try {
+    return await inspectNow(deps, ctx, req)
+  } finally {
+    done?.()
+  }
+}
+
+async function inspectNow (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<unknown> {
   const target = ctx.target!
   const identity = ctx.identity!
   const policy = deps.policy()
@@ -297,6 +322,7 @@ function detaches (body: unknown): boolean {
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
   ctx.hold?.release()
+  ctx.turn?.release()
   // The answer is out (or the request failed): what tenancy held for it is let go.
   try { ctx.settled?.(ctx.status ?? 0) } catch (err) { deps.log.error({ req: ctx.id, err: { message: (err as Error).message } }, 'tenancy settle failed') }
   // A session's end, or a request that ended before its answer completed (client gone,
@@ -387,9 +413,11 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     reading = true
+    await takeTurn(deps, ctx)
     await readBody(deps, ctx, req)
     reading = false
     const next = await check(deps, ctx, req, res)
+    ctx.turn?.engineWait()
     if (next === 'hijack') {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
@@ -436,11 +464,13 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
+    await takeTurn(deps, ctx)
     let rest: Buffer
     ;({ body: ctx.body, rest } = await readUpgradeBody(req, socket, head, bodyLimits(deps, ctx, op)))
     // The head may hold the body's bytes: not kept for the length of the session.
     head = EMPTY
     await inspect(deps, ctx, req)
+    ctx.turn?.engineWait()
     await execCommand(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
     await sessionExit(deps, ctx)

@@ -30,14 +30,28 @@ export class JsonShape {
   get count (): number { return this.values }
 
   /** Count one more chunk of the body; throws BODY_INVALID past a limit. */
-  push (chunk: Uint8Array): void {
+  push (chunk: Buffer): void {
     let { inString, escaped, inRun, depth, values } = this
     for (let i = 0; i < chunk.length; i++) {
       const c = chunk[i]
       if (inString) {
-        if (escaped) escaped = false
-        else if (c === BACKSLASH) escaped = true
-        else if (c === QUOTE) inString = false
+        if (escaped) {
+          escaped = false
+        } else if (c === BACKSLASH) {
+          escaped = true
+        } else if (c === QUOTE) {
+          inString = false
+        } else {
+          // A long string is skipped in native scans: to its closing quote when no
+          // backslash comes before it (the common case), else byte by byte.
+          const q = chunk.indexOf(QUOTE, i)
+          if (q - i > 32 || q < 0) {
+            const end = q < 0 ? chunk.length : q
+            const b = chunk.subarray(i, end).indexOf(BACKSLASH)
+            if (b < 0) { i = end - 1; continue }
+            i += b - 1
+          }
+        }
         continue
       }
       switch (c) {
