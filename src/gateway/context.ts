@@ -74,6 +74,8 @@ export interface RequestContext {
    * request becomes a long stream: what only the check needed is let go.
    */
   streaming?: () => void
+  /** Set by the pipeline: waits for the identity's turn to work on the engine's (non-streamed) answer. */
+  answering?: () => Promise<void>
 }
 
 export function newContext (listener: string, remote: string, method: string, url: string): RequestContext {

@@ -127,9 +127,13 @@ function shareOf (ctx: RequestContext): string {
   return who.tenant !== null ? `tenant:${who.tenant}` : `subject:${who.subject}`
 }
 
-/** Wait for the identity's turn (turns.ts) before its request is read and worked on. */
+/**
+ * Wait for the identity's turn (turns.ts) before its request is read and worked on, and
+ * again for the engine's answer: between the two the engine has it, not the gateway.
+ */
 async function takeTurn (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
   ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
+  ctx.answering = async () => { ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant) }
 }
 
 /** How the body of `op` is read: its cap and the budget it is charged to. */
@@ -192,13 +196,15 @@ async function inspectNow (deps: GatewayDeps, ctx: RequestContext, req: Incoming
     if (isGatewayError(err)) throw err
     throw new GatewayError('POLICY_FAILED', `policy evaluation failed for ${target.operation.id}`, { cause: err })
   }
-  const { evaluation, body } = result
+  const { evaluation } = result
   ctx.decision = evaluation.decision
   ctx.rewrites = evaluation.rewrites
   ctx.facts = evaluation.input
   ctx.decodedBody = evaluation.body
   if (evaluation.decision.decision === 'deny') throw new GatewayError('FORBIDDEN', await denialMessage(policy, identity, target, evaluation))
-  ctx.body = body
+  // A large body is encoded on a turn of the loop of its own (what else is ready goes first).
+  if ((ctx.body?.length ?? 0) > LARGE_BODY) await new Promise((resolve) => setImmediate(resolve))
+  ctx.body = result.body
   const scoped = await scope(deps, ctx, req, policy)
   // Fail closed before the engine acts: a request is only forwarded when its audit
   // record can be written (unless the operator chose audit.onFailure: open).
@@ -417,7 +423,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     await readBody(deps, ctx, req)
     reading = false
     const next = await check(deps, ctx, req, res)
-    ctx.turn?.engineWait()
+    if (next !== 'answered') ctx.turn?.release()
     if (next === 'hijack') {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
@@ -470,7 +476,7 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     // The head may hold the body's bytes: not kept for the length of the session.
     head = EMPTY
     await inspect(deps, ctx, req)
-    ctx.turn?.engineWait()
+    ctx.turn?.release()
     await execCommand(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
     await sessionExit(deps, ctx)

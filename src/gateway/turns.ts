@@ -5,21 +5,23 @@
  *
  * So at most SLOTS requests of one identity (a tenant, else a subject) are worked on at
  * a time; the others wait their turn in order, and a turn is handed on at the next turn
- * of the event loop, after whatever I/O of other identities is ready. A request holds
- * its slot while the gateway works on it and while the engine's answer is due any
- * moment: it gives it up when its answer is out, when it becomes a long stream or
- * session, or once the engine has taken ENGINE_GRACE_MS over it (a `stop` waiting for
- * its container costs the gateway nothing meanwhile). One large JSON body (over
- * LARGE_BODY bytes) per identity is decoded and judged at a time: that is the work that
- * holds the event loop longest.
+ * of the event loop, after whatever I/O of other identities is ready. A request holds a
+ * slot while the gateway works on it: from its arrival until it is handed to the engine
+ * (reading and judging its body included), and again from the engine's answer until
+ * that answer is out; not while the engine works on it (a `stop` waiting for its
+ * container costs the gateway nothing), nor during a long stream or session. One large
+ * JSON body (over LARGE_BODY bytes) per identity is decoded and judged at a time, and
+ * the next only after a rest as long as that took: that is the work that holds the
+ * event loop longest.
  */
 import { GatewayError } from './errors'
 
-export const SLOTS = 8
+export const SLOTS = 4
 /** Requests of one identity waiting for a slot; beyond, 429. */
 export const MAX_WAITING = 1024
-export const ENGINE_GRACE_MS = 50
 export const LARGE_BODY = 64 * 1024
+/** The longest rest of a large-body lane (a body whose judging waited on the engine did not use the gateway meanwhile). */
+const MAX_REST_MS = 100
 
 interface Lane { running: number, readonly waiting: Array<() => void>, readonly size: number }
 
@@ -67,24 +69,15 @@ class Lanes {
   get keys (): number { return this.lanes.size }
 }
 
-/** One request's turn: its slot, and the large-body lane while it holds that. */
+/** One request's turn: given back once (later calls do nothing). */
 export class Turn {
   private released = false
-  private timer: NodeJS.Timeout | undefined
 
   constructor (private readonly giveBack: () => void) {}
-
-  /** The request is with the engine now: the slot goes after ENGINE_GRACE_MS unless given back before. */
-  engineWait (): void {
-    if (this.released || this.timer !== undefined) return
-    this.timer = setTimeout(() => { this.release() }, ENGINE_GRACE_MS)
-    this.timer.unref()
-  }
 
   release (): void {
     if (this.released) return
     this.released = true
-    if (this.timer !== undefined) clearTimeout(this.timer)
     this.giveBack()
   }
 }
@@ -98,9 +91,20 @@ export class Turns {
     return new Turn(await this.slots.take(identity, tenant))
   }
 
-  /** Wait for `identity`'s large-body lane; call the result when the body has been judged. */
+  /**
+   * Wait for `identity`'s large-body lane; call the result when the body has been judged.
+   * The lane then rests as long as the work took before the identity's next large body:
+   * one tenant's large bodies take at most half of the gateway's time.
+   */
   async largeBody (identity: string, tenant: string | null): Promise<() => void> {
-    return await this.large.take(identity, tenant)
+    const giveBack = await this.large.take(identity, tenant)
+    const started = performance.now()
+    let done = false
+    return () => {
+      if (done) return
+      done = true
+      setTimeout(giveBack, Math.min(MAX_REST_MS, performance.now() - started)).unref()
+    }
   }
 
   /** Identities with requests in progress or waiting (for tests). */
