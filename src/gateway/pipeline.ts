@@ -133,7 +133,10 @@ function shareOf (ctx: RequestContext): string {
  */
 async function takeTurn (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
   ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
-  ctx.answering = async () => { ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant) }
+  ctx.answering = async () => {
+    if (ctx.turn?.held) ctx.turn.answered()
+    else ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
+  }
 }
 
 /** How the body of `op` is read: its cap and the budget it is charged to. */
@@ -423,7 +426,8 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     await readBody(deps, ctx, req)
     reading = false
     const next = await check(deps, ctx, req, res)
-    if (next !== 'answered') ctx.turn?.release()
+    // With the engine now: the turn lapses if the engine takes long over it (turns.ts).
+    if (next !== 'answered') ctx.turn?.engineWait()
     if (next === 'hijack') {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
@@ -476,7 +480,7 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     // The head may hold the body's bytes: not kept for the length of the session.
     head = EMPTY
     await inspect(deps, ctx, req)
-    ctx.turn?.release()
+    ctx.turn?.engineWait()
     await execCommand(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
     await sessionExit(deps, ctx)
