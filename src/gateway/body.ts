@@ -21,6 +21,8 @@ export interface BodyLimits {
   readonly tooLarge?: (limit: number) => GatewayError
   /** Charged each chunk's size as it arrives (a declared length at once); throws to refuse. */
   readonly take?: (bytes: number) => void
+  /** Awaited once the declared length has been checked and charged, before the first byte is read. */
+  readonly ready?: (declared: number) => Promise<void>
 }
 
 function tooLarge (limit: number): GatewayError {
@@ -34,12 +36,13 @@ export function hasBody (req: IncomingMessage): boolean {
 
 /** Read an ordinary request's whole JSON body, refusing more than `limit` bytes, or a shape the decoder would refuse, as it arrives. */
 export async function readCapped (req: IncomingMessage, limits: BodyLimits | number): Promise<Buffer> {
-  const { limit, tooLarge: over = tooLarge, take } = typeof limits === 'number' ? { limit: limits } : limits
+  const { limit, tooLarge: over = tooLarge, take, ready } = typeof limits === 'number' ? { limit: limits } : limits
   const declared = Number(req.headers['content-length'] ?? 0)
   if (declared > limit) throw over(limit)
   // A declared length is charged before the first byte is read; a chunked body as it comes.
   const chunked = req.headers['transfer-encoding'] !== undefined
   if (!chunked && declared > 0) take?.(declared)
+  await ready?.(chunked ? 0 : declared)
   const shape = new JsonShape()
   const chunks: Buffer[] = []
   let size = 0

@@ -155,7 +155,13 @@ function bodyLimits (deps: GatewayDeps, ctx: RequestContext, op: Operation): Bod
 /** Read the body of an operation that declares one, and whatever small body a body-less operation was sent. */
 async function readBody (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<void> {
   const op = ctx.target!.operation
-  if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, bodyLimits(deps, ctx, op))
+  if (op.body === 'json' || (op.body === 'none' && hasBody(req))) {
+    ctx.body = await readCapped(req, {
+      ...bodyLimits(deps, ctx, op),
+      // A large body announced (and fitting the budget) is read in the identity's large-body lane (turns.ts).
+      ready: async (declared) => { if (declared > LARGE_BODY) ctx.large = await deps.turns.largeBody(shareOf(ctx), ctx.identity!.tenant) },
+    })
+  }
 }
 
 /**
@@ -179,12 +185,13 @@ function letGo (deps: GatewayDeps, ctx: RequestContext): void {
  * exactly the bytes evaluated as the bytes to forward. A denial names the rule.
  */
 async function inspect (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<unknown> {
-  // One large body per identity is decoded and judged at a time (turns.ts).
-  const done = (ctx.body?.length ?? 0) > LARGE_BODY ? await deps.turns.largeBody(shareOf(ctx), ctx.identity!.tenant) : undefined
+  // One large body per identity is decoded and judged at a time (turns.ts); a chunked one
+  // takes the lane now that its size is known.
+  if (ctx.large === undefined && (ctx.body?.length ?? 0) > LARGE_BODY) ctx.large = await deps.turns.largeBody(shareOf(ctx), ctx.identity!.tenant)
   try {
     return await inspectNow(deps, ctx, req)
   } finally {
-    done?.()
+    ctx.large?.()
   }
 }
 
@@ -332,6 +339,7 @@ function detaches (body: unknown): boolean {
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
   ctx.hold?.release()
   ctx.turn?.release()
+  ctx.large?.()
   // The answer is out (or the request failed): what tenancy held for it is let go.
   try { ctx.settled?.(ctx.status ?? 0) } catch (err) { deps.log.error({ req: ctx.id, err: { message: (err as Error).message } }, 'tenancy settle failed') }
   // A session's end, or a request that ended before its answer completed (client gone,

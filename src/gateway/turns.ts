@@ -15,9 +15,11 @@
  * measured with one tenant flooding `_ping` at concurrency 32, another's median went
  * from 8x to 2x its latency alone, and the flooding tenant kept 97% of its rate.
  *
- * One large JSON body (over LARGE_BODY bytes) per identity is decoded and judged at a
- * time, and the next only after a rest as long as that took: that is the work that
- * holds the event loop longest.
+ * One large JSON body (over LARGE_BODY bytes) per identity is read, decoded and judged
+ * at a time, and the next only after a rest three times as long as that took: reading
+ * and decoding a megabyte of JSON is the work that holds the event loop longest (some
+ * milliseconds), and a tenant sending nothing else but such bodies gets a quarter of
+ * the gateway, however many it sends at once. Docker clients' bodies are a few KiB.
  */
 import { GatewayError } from './errors'
 
@@ -27,8 +29,10 @@ export const MAX_WAITING = 1024
 export const LARGE_BODY = 64 * 1024
 /** How long a request keeps its turn while the engine works on it. */
 export const ENGINE_GRACE_MS = 50
-/** The longest rest of a large-body lane (a body whose judging waited on the engine did not use the gateway meanwhile). */
-const MAX_REST_MS = 100
+/** A large-body lane rests this many times as long as its body took: one tenant's large bodies take at most a quarter of the gateway. */
+const REST_FACTOR = 3
+/** The longest rest (a body that waited on a slow client or the engine did not use the gateway all that time). */
+const MAX_REST_MS = 200
 
 interface Lane { running: number, readonly waiting: Array<() => void>, readonly size: number }
 
@@ -117,8 +121,8 @@ export class Turns {
 
   /**
    * Wait for `identity`'s large-body lane; call the result when the body has been judged.
-   * The lane then rests as long as the work took before the identity's next large body:
-   * one tenant's large bodies take at most half of the gateway's time.
+   * The lane then rests REST_FACTOR times as long as that took before the identity's
+   * next large body.
    */
   async largeBody (identity: string, tenant: string | null): Promise<() => void> {
     const giveBack = await this.large.take(identity, tenant)
@@ -127,7 +131,7 @@ export class Turns {
     return () => {
       if (done) return
       done = true
-      setTimeout(giveBack, Math.min(MAX_REST_MS, performance.now() - started)).unref()
+      setTimeout(giveBack, Math.min(MAX_REST_MS, REST_FACTOR * (performance.now() - started))).unref()
     }
   }
 
