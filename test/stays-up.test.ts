@@ -12,8 +12,9 @@
  *   - The memory for bodies being read is bounded (limits.bufferedBytes): past a
  *     tenant's share `429`, past the whole `503`, both with Retry-After and counted;
  *     other tenants go on meanwhile, and everything is let go afterwards.
- *   - One tenant's requests beyond its share of the gateway (4 at a time) wait their
- *     turn, in order, while another tenant's go through; long streams do not count.
+ *   - One tenant's requests beyond its share of the gateway (8 at a time while another
+ *     tenant is there) wait their turn, while the other's go through; long streams do
+ *     not count.
  *
  * Refusals "before reading" are shown by answers that arrive while the client has sent
  * only the start of its body and waits: a gateway that read the body first never answers.
@@ -291,25 +292,32 @@ t.test('the memory for bodies being read is bounded: 429 past a tenant\'s share,
 
 t.test("a tenant's requests beyond its share wait their turn; another tenant's do not; streams do not count", async (t) => {
   const [A, B] = TENANTS
-  // Four requests of A in progress: their bodies arrive slowly.
-  const bodies = Array.from({ length: 4 }, (_x, i) => Buffer.from(JSON.stringify({ Name: `${PREFIX}-vol${i}`, Labels: { pad: 'x'.repeat(500) } })))
-  const slow = bodies.map((body) => rawRequest(gw.socket, post('/v1.41/volumes/create', { Authorization: `Bearer ${token(A)}`, 'Content-Type': 'application/json', 'Content-Length': body.length }), body.subarray(0, 10)))
-  const order: string[] = []
-  for (const [i, r] of slow.entries()) void r.answer.then(() => order.push(`slow${i}`), () => {})
+  const volume = (name: string): Buffer => Buffer.from(JSON.stringify({ Name: name, Labels: { pad: 'x'.repeat(500) } }))
+  const slowly = (tenant: string, body: Buffer): ReturnType<typeof rawRequest> =>
+    rawRequest(gw.socket, post('/v1.41/volumes/create', { Authorization: `Bearer ${token(tenant)}`, 'Content-Type': 'application/json', 'Content-Length': body.length }), body.subarray(0, 10))
+  // B is in the gateway too (its body arrives slowly), so A gets its share, not the whole.
+  const bBody = volume(`${PREFIX}-volb`)
+  const bSlow = slowly(B, bBody)
+  await sleep(100)
+  // Eight requests of A in progress: their bodies arrive slowly.
+  const bodies = Array.from({ length: 8 }, (_x, i) => volume(`${PREFIX}-vol${i}`))
+  const slow = bodies.map((body) => slowly(A, body))
   await sleep(300)
-  const fifth = request(gw.socket, 'GET', '/_ping', undefined, { token: token(A) }).then((r) => { order.push('A ping'); return r })
+  let answered = false
+  const ninth = request(gw.socket, 'GET', '/_ping', undefined, { token: token(A) }).then((r) => { answered = true; return r })
   const other = await request(gw.socket, 'GET', '/_ping', undefined, { token: token(B) })
   t.equal(other.status, 200, "another tenant's ping is answered")
   await sleep(300)
-  t.same(order, [], "A's fifth request waits for a turn while its four are in progress")
-  // The first slow body completes: handed to the engine, its slot goes to the waiting ping.
+  t.notOk(answered, "A's ninth request waits for a turn while its eight are in progress")
+  // The first slow body completes: its turn goes to the waiting ping.
   slow[0].send(bodies[0].subarray(10))
-  t.equal((await fifth).status, 200, 'then the waiting ping gets its turn')
+  t.equal((await ninth).status, 200, 'then the waiting ping gets its turn')
   t.equal((await slow[0].answer).status, 201, 'and the first slow request completes (a volume is created)')
   for (const [i, r] of slow.entries()) if (i > 0) r.send(bodies[i].subarray(10))
-  t.same((await Promise.all(slow.slice(1).map(async (r) => (await r.answer).status))), [201, 201, 201], 'the others complete')
-  for (const r of slow) r.socket.destroy()
-  for (let i = 0; i < 4; i++) await request(engine().socket, 'DELETE', `/volumes/${PREFIX}-vol${i}`)
+  bSlow.send(bBody.subarray(10))
+  t.same((await Promise.all([...slow.slice(1), bSlow].map(async (r) => (await r.answer).status))), Array(8).fill(201), 'the others complete')
+  for (const r of [...slow, bSlow]) r.socket.destroy()
+  for (const name of [...bodies.map((_b, i) => `${PREFIX}-vol${i}`), `${PREFIX}-volb`]) await request(engine().socket, 'DELETE', `/volumes/${name}`)
 
   // Long streams do not hold a turn: A follows the logs of its container six times and still pings.
   const made = await request(gw.socket, 'POST', `/v1.41/containers/create?name=${PREFIX}-ticker`, { Image: IMAGE, Cmd: ['sh', '-c', 'while true; do echo tick; sleep 1; done'] }, { token: token(A) })

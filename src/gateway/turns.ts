@@ -4,16 +4,18 @@
  * any moment, and another tenant's `_ping` waits behind all of them.
  *
  * So at most SLOTS requests of one identity (a tenant, else a subject) are worked on at
- * a time; the others wait their turn in order, and a turn is handed on at the next turn
- * of the event loop, after whatever I/O of other identities is ready. A request holds its
- * turn while the gateway works on it (reading and judging its body included) and while
- * the engine's answer is due any moment, until that answer is out. Once the engine has
- * taken ENGINE_GRACE_MS over it the turn lapses (a `stop` waiting for its container costs
- * the gateway nothing), and its answer waits for a new one. A long stream or session
- * gives its turn up when it starts. Holding the turn through a quick engine round trip
- * is what bounds a tenant's requests in the event loop as a whole, answers included:
- * measured with one tenant flooding `_ping` at concurrency 32, another's median went
- * from 8x to 2x its latency alone, and the flooding tenant kept 97% of its rate.
+ * a time while another identity is in the gateway (SLOTS_ALONE while it is alone:
+ * sharing costs nothing when there is no one to share with); the others wait their
+ * turn in order, and a turn is handed on at the next turn of the event loop, after
+ * whatever I/O of other identities is ready. A request holds its turn while the gateway
+ * works on it (reading and judging its body included) and while the engine's answer is
+ * due any moment, until that answer is out. Once the engine has taken ENGINE_GRACE_MS
+ * over it the turn lapses (a `stop` waiting for its container costs the gateway
+ * nothing), and its answer waits for a new one. A long stream or session gives its turn
+ * up when it starts. Holding the turn through a quick engine round trip is what bounds
+ * a tenant's requests in the event loop as a whole, answers included: with one tenant
+ * flooding `_ping` at concurrency 32 (bench section 7), another's p99 went from 5x to
+ * under 2x its latency alone; one tenant alone keeps its rate.
  *
  * One large JSON body (over LARGE_BODY bytes) per identity is read, decoded and judged
  * at a time, and the next only after a rest three times as long as that took: reading
@@ -23,7 +25,11 @@
  */
 import { GatewayError } from './errors'
 
-export const SLOTS = 4
+export const SLOTS = 8
+/** What an identity alone in the gateway may use. */
+export const SLOTS_ALONE = 64
+/** How long after another identity's last request an identity still counts as not alone. */
+const ALONE_MS = 100
 /** Requests of one identity waiting for a slot; beyond, 429. */
 export const MAX_WAITING = 1024
 export const LARGE_BODY = 64 * 1024
@@ -34,22 +40,40 @@ const REST_FACTOR = 3
 /** The longest rest (a body that waited on a slow client or the engine did not use the gateway all that time). */
 const MAX_REST_MS = 200
 
-interface Lane { running: number, readonly waiting: Array<() => void>, readonly size: number }
+interface Lane { running: number, readonly waiting: Array<() => void> }
 
-/** FIFO lanes of `size` slots per key, handed on with setImmediate. */
+/**
+ * FIFO lanes of `size` slots per key, handed on with setImmediate. A key alone in the
+ * gateway (no other key in progress, nor within the last ALONE_MS) may use `borrow`
+ * slots: sharing costs nothing while there is no one to share with.
+ */
 class Lanes {
   private readonly lanes = new Map<string, Lane>()
+  /** Keys whose last request ended lately, and when. */
+  private readonly left = new Map<string, number>()
 
-  constructor (private readonly size: number) {}
+  constructor (private readonly size: number, private readonly borrow: number = size) {}
+
+  /** The slots `key` may use now. */
+  private limit (key: string): number {
+    if (this.borrow === this.size) return this.size
+    for (const k of this.lanes.keys()) if (k !== key) return this.size
+    const now = performance.now()
+    for (const [k, at] of this.left) {
+      if (now - at > ALONE_MS) this.left.delete(k)
+      else if (k !== key) return this.size
+    }
+    return this.borrow
+  }
 
   /** Resolves with the function that gives the slot back (once). */
   async take (key: string, tenant: string | null): Promise<() => void> {
     let lane = this.lanes.get(key)
     if (lane === undefined) {
-      lane = { running: 0, waiting: [], size: this.size }
+      lane = { running: 0, waiting: [] }
       this.lanes.set(key, lane)
     }
-    if (lane.running < lane.size && lane.waiting.length === 0) {
+    if (lane.running < this.limit(key) && lane.waiting.length === 0) {
       lane.running++
     } else {
       if (lane.waiting.length >= MAX_WAITING) {
@@ -67,14 +91,16 @@ class Lanes {
     }
   }
 
-  /** A slot comes free: the next in line gets it on the next turn of the loop, else it is free. */
+  /** A slot comes free: the next in line gets it on the next turn of the loop (if the key is within its limit), else it is free. */
   private handOn (key: string, lane: Lane): void {
-    const next = lane.waiting.shift()
-    if (next !== undefined) {
-      setImmediate(next)
+    if (lane.waiting.length > 0 && lane.running <= this.limit(key)) {
+      setImmediate(lane.waiting.shift() as () => void)
       return
     }
-    if (--lane.running === 0) this.lanes.delete(key)
+    if (--lane.running === 0 && lane.waiting.length === 0) {
+      this.lanes.delete(key)
+      if (this.borrow !== this.size) this.left.set(key, performance.now())
+    }
   }
 
   get keys (): number { return this.lanes.size }
@@ -111,7 +137,7 @@ export class Turn {
 }
 
 export class Turns {
-  private readonly slots = new Lanes(SLOTS)
+  private readonly slots = new Lanes(SLOTS, SLOTS_ALONE)
   private readonly large = new Lanes(1)
 
   /** Wait for a slot of `identity`; throws IDENTITY_BUSY when too many wait already. */
