@@ -41,9 +41,9 @@ async function main (): Promise<void> {
       try {
         const r = await pool.request({ method: spec.method, path: spec.path, headers, body })
         await r.body.arrayBuffer()
+        // A 429 or 503 counts like any answer: a flooding client retries at once, whatever Retry-After says.
         statuses[r.statusCode] = (statuses[r.statusCode] ?? 0) + 1
         requests++
-        // A full gateway says when to come back: a client that floods anyway retries at once.
       } catch {
         errors++
         await new Promise((resolve) => setTimeout(resolve, 10))

@@ -102,8 +102,6 @@ class Lanes {
       if (this.borrow !== this.size) this.left.set(key, performance.now())
     }
   }
-
-  get keys (): number { return this.lanes.size }
 }
 
 /** One request's turn: given back once (later calls do nothing). */
@@ -160,7 +158,4 @@ export class Turns {
       setTimeout(giveBack, Math.min(MAX_REST_MS, REST_FACTOR * (performance.now() - started))).unref()
     }
   }
-
-  /** Identities with requests in progress or waiting (for tests). */
-  get busy (): number { return this.slots.keys }
 }
