@@ -41,6 +41,10 @@
  *   BENCH_ATTACHES          concurrent attach sessions held open [100]
  *   BENCH_HOLD_REQUESTS     small requests (GET /_ping, concurrency 8) before and during the hold [1000]
  *   BENCH_POLICY_DECISIONS  decisions per policy size [20000]
+ *   BENCH_FAIRNESS_PINGS    tenant B's pings per block, alone and during tenant A's flood [1000]
+ *   BENCH_FAIRNESS_BLOCKS   blocks alone and during each flood [2]
+ *   BENCH_ONLY=fairness     only section 7 (one tenant's flood, another's _ping): the engine,
+ *                           the gateway and BENCH_LIST_CONTAINERS containers of tenant A, no HAProxy
  *   BENCH_BUDGET_MINUTES    the whole run stops, cleans up and fails past this [15]
  * e.g. a quick check: BENCH_REQUESTS=300 BENCH_VERSION_REQUESTS=60 BENCH_WRK_SECONDS=1
  *   BENCH_WRK_BLOCKS=1 BENCH_LIST_CONTAINERS=20 BENCH_LIST_REQUESTS=20 BENCH_CYCLES=4
@@ -61,6 +65,7 @@ import { countCpu, interleave, median, mergeWindows, onSide, peakOf, SIDES, stat
 import { ensureDebianPackages, freePort, startHaproxy } from './peer'
 import { startRelay } from './relay'
 import { renderPolicyBench, runPolicyBench, writeBenchPolicy, type PolicyBench } from './policy'
+import { fairnessTargets, renderFairness, runFairness, type FairnessCase, type FairnessOptions } from './fairness'
 import { fmt, ratio, renderGroup, renderTargets, table, type Column, type Group, type Row, type Target } from './report'
 import { wrk, writeWrkScript, type WrkRun } from './wrk'
 
@@ -97,12 +102,17 @@ const settings = {
   attaches: envInt('BENCH_ATTACHES', 100),
   holdRequests: envInt('BENCH_HOLD_REQUESTS', 1000),
   policyDecisions: envInt('BENCH_POLICY_DECISIONS', 20_000),
+  fairnessPings: envInt('BENCH_FAIRNESS_PINGS', 1000),
+  fairnessBlocks: envInt('BENCH_FAIRNESS_BLOCKS', 2),
+  only: process.env.BENCH_ONLY ?? '',
   /** The issue's target: the gateway's resident memory stays under 150 MB while streaming. */
   rssLimitBytes: 150 * MB,
   sampleMs: 50,
   totalBudgetMs: envInt('BENCH_BUDGET_MINUTES', 15) * 60_000,
   streamTimeoutMs: 240_000,
   tenant: 'team-bench',
+  /** Tenant B of section 7, whose pings are measured while team-bench floods. */
+  otherTenant: 'team-other',
   cli: '/usr/local/bin/docker',
 }
 
@@ -615,6 +625,7 @@ interface Report {
   streams: StreamResult[]
   hold: HoldResult[]
   roundTrips: RoundTrip[]
+  fairness: FairnessCase[]
   cpu: CpuRow[]
   policy: PolicyBench
   targets: Target[]
@@ -725,6 +736,7 @@ function targets (r: Omit<Report, 'targets' | 'totalSeconds'>): Target[] {
   } else {
     out.push({ target: 'ownership checks add at most one engine round trip, none for list calls', measured: 'not measured (see PROBLEMS)', met: null })
   }
+  out.push(...fairnessTargets(r.fairness))
   return out
 }
 
@@ -738,6 +750,7 @@ function render (r: Report): string {
   for (const g of r.groups) out.push(renderGroup(g))
   out.push(`4. ${renderPolicyBench(r.policy)}`)
   if (r.roundTrips.length) out.push(renderRoundTrips(r.roundTrips))
+  if (r.fairness.length) out.push(renderFairness(r.fairness, { pings: settings.fairnessPings, blocks: settings.fairnessBlocks }))
   out.push(cpuTable(r.cpu))
   out.push(`gateway RSS: ${fmt(mb(r.gateway.rssIdle))} MB idle after start, ${fmt(mb(r.gateway.rssAfterSetup))} MB after the setup, ${fmt(mb(r.gateway.rssAfterRequests))} MB after the request runs`)
   out.push('')
@@ -749,6 +762,22 @@ function render (r: Report): string {
   out.push(`total ${fmt(r.totalSeconds, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`)
   out.push('')
   return out.join('\n')
+}
+
+/** BENCH_ONLY=fairness: tenant A's containers (for its list), section 7, its targets. */
+async function fairnessOnly (o: FairnessOptions, tenant: Endpoint, image: string, began: number, problems: string[]): Promise<number> {
+  say(`setup: ${settings.listContainers} containers of tenant ${settings.tenant} (through the gateway)`)
+  const tag = randomBytes(3).toString('hex')
+  await parallel(Array.from({ length: settings.listContainers }, (_x, i) => i), 4, async (i) => await createContainer(tenant, image, `pcb-list-${tag}-${i}`, ['true']))
+  await tenant.pool.destroy()
+  const fairness = await runFairness(o).catch((err) => { problems.push(`fairness: ${errText(err)}`); return [] })
+  fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
+  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, fairness, targets: fairnessTargets(fairness), problems }, null, 2) + '\n')
+  const out = ['', renderFairness(fairness, { pings: settings.fairnessPings, blocks: settings.fairnessBlocks }), renderTargets(fairnessTargets(fairness))]
+  if (problems.length) out.push('PROBLEMS (broken measurements):', ...problems.map((p) => `  - ${p}`))
+  out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
+  process.stdout.write(out.join('\n'))
+  return problems.length ? 1 : 0
 }
 
 function dockerConfigDir (dir: string, headers: Record<string, string>): string {
@@ -796,6 +825,20 @@ async function main (): Promise<number> {
   const gw = await startGatewayProcess(gwDir, engine.socket, { policyDir, jwtSecret: secret, tcpPort: await freePort(), nodeArgs })
   cleanup.add('stop the gateway', () => gw.stop())
   const rssIdle = readMemory(gw.pid).rss
+  const tokenOther = jwt.sign({ sub: 'bench-b', tenant: settings.otherTenant, roles: ['tenant'] }, secret, { algorithm: 'HS256', expiresIn: '2h' })
+  const fairnessOptions: FairnessOptions = {
+    gatewaySocket: gw.tokenSocket,
+    engineSocket: engine.socket,
+    a: bearer,
+    b: { authorization: `Bearer ${tokenOther}` },
+    image: engine.image,
+    pings: settings.fairnessPings,
+    blocks: settings.fairnessBlocks,
+    deadline,
+    say,
+  }
+  if (settings.only === 'fairness') return await fairnessOnly(fairnessOptions, endpoint(gw.tokenSocket, 4, bearer), engine.image, began, problems)
+  if (settings.only !== '') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness" can run alone`)
 
   const peerDir = path.join(dir, 'haproxy')
   fs.mkdirSync(peerDir)
@@ -907,6 +950,7 @@ async function main (): Promise<number> {
     .catch((err) => { problems.push(`round trips: ${errText(err)}`); return [] })
   say('policy decisions')
   const policy = await runPolicyBench([10, 1_000, 10_000], settings.policyDecisions)
+  const fairness = await runFairness(fairnessOptions).catch((err) => { problems.push(`fairness: ${errText(err)}`); return [] })
 
   const groups = [undici.group, wrkResult.group, bound.group, streamGroup(streams), holdGroup(hold)]
   for (const s of streams) cpuRows.push({ name: s.name, unit: 's/GB', perSide: s.cpu })
@@ -935,6 +979,7 @@ async function main (): Promise<number> {
     streams,
     hold,
     roundTrips: trips,
+    fairness,
     cpu: cpuRows,
     policy,
     problems,

@@ -16,6 +16,8 @@ import {
 } from '../src/api/body/decode'
 import { numberOf } from '../src/api/body/number'
 import { bodySchemas } from '../src/api/body/schema'
+import { JsonShape } from '../src/api/body/shape'
+import fc from 'fast-check'
 import { loadPolicy } from '../src/policy/engine'
 import { check } from '../src/policy/tool'
 
@@ -633,6 +635,48 @@ t.test('generic decoding matches JSON.parse on duplicate-free random JSON', asyn
     const text = JSON.stringify(gen(0), null, rnd(2) === 0 ? 0 : 1)
     t.equal(decode('NoSuchOperation', text).text, JSON.stringify(JSON.parse(text)), `random value ${i}`, { diagnostic: false })
   }
+})
+
+t.test('JsonShape counts, as the bytes arrive, the values the decoder counts', async (t) => {
+  /** The decoder's count: the root, every member value, every array element. */
+  const values = (v: unknown): number => Array.isArray(v)
+    ? 1 + v.reduce((n: number, x) => n + values(x), 0)
+    : v !== null && typeof v === 'object' ? 1 + Object.values(v).reduce((n: number, x) => n + values(x), 0) : 1
+  const text = fc.oneof(fc.json(), fc.jsonValue().map((v) => JSON.stringify(v, null, 1)), fc.string({ maxLength: 300 }).map((s) => JSON.stringify({ [s]: [s, { '{': '[', '"': s + s + s }] })))
+  fc.assert(fc.property(text, fc.array(fc.nat(), { maxLength: 8 }), (json, cuts) => {
+    const bytes = Buffer.from(json)
+    const shape = new JsonShape()
+    let at = 0
+    for (const c of [...cuts.map((x) => x % (bytes.length + 1))].sort((a, b) => a - b)) { shape.push(bytes.subarray(at, c)); at = c }
+    shape.push(bytes.subarray(at))
+    return shape.count === values(JSON.parse(json))
+  }), { numRuns: 2000 })
+
+  const refuses = (body: string, chunk = body.length): string => {
+    const shape = new JsonShape()
+    try {
+      for (let i = 0; i < body.length; i += chunk) shape.push(Buffer.from(body.slice(i, i + chunk)))
+    } catch (err) { return (err as Error).message }
+    return '(accepted)'
+  }
+  // At the limits, exactly where the decoder draws them, whole and byte by byte.
+  const members = (n: number, v = '1'): string => `{${Array.from({ length: n }, (_x, i) => `"k${i}":${v}`).join(',')}}`
+  for (const chunk of [1 << 20, 1]) {
+    t.equal(refuses(members(MAX_VALUES - 1), chunk), '(accepted)', `root + ${MAX_VALUES - 1} members (keys do not count), chunks of ${chunk}`)
+    t.equal(refuses(members(MAX_VALUES), chunk), `invalid request body: more than ${MAX_VALUES} values`)
+    // A string might still be a key: one over is left to the decoder, two over are not.
+    t.equal(refuses(members(MAX_VALUES, '"v"'), chunk), '(accepted)')
+    t.equal(refuses(members(MAX_VALUES + 1, '"v"'), chunk), `invalid request body: more than ${MAX_VALUES} values`)
+    t.equal(refuses(`[${'1,'.repeat(MAX_VALUES - 2)}1]`, chunk), '(accepted)')
+    t.equal(refuses(`[${'1,'.repeat(MAX_VALUES - 1)}1]`, chunk), `invalid request body: more than ${MAX_VALUES} values`)
+    t.equal(refuses('['.repeat(MAX_DEPTH) + ']'.repeat(MAX_DEPTH), chunk), '(accepted)')
+    t.equal(refuses('['.repeat(MAX_DEPTH + 1), chunk), `invalid request body: nested deeper than ${MAX_DEPTH} levels`)
+  }
+  t.equal(refusal('NoSuchOperation', members(MAX_VALUES - 1)), '(accepted)', 'the decoder agrees')
+  t.match(refusal('NoSuchOperation', members(MAX_VALUES)), `more than ${MAX_VALUES} values`)
+  t.match(refusal('NoSuchOperation', members(MAX_VALUES, '"v"')), `more than ${MAX_VALUES} values`, 'and is exact where the count is left to it')
+  // Structure inside strings is text: brackets, quotes and escapes.
+  t.equal(refuses(JSON.stringify({ s: '['.repeat(MAX_DEPTH + 5) + '\\"{' + ','.repeat(MAX_VALUES + 5) })), '(accepted)')
 })
 
 t.test('every JSON-body operation of the catalog has a schema, and only those', async (t) => {

@@ -16,6 +16,10 @@ export const errorCatalog = {
   // Bodies
   BODY_INVALID: 400,
   BODY_TOO_LARGE: 413,
+  /** The identity holds its share of the memory for request bodies (limits.bufferedBytes): retry later. */
+  IDENTITY_BUSY: 429,
+  /** The gateway holds all the memory it may for request bodies (limits.bufferedBytes): retry later. */
+  GATEWAY_BUSY: 503,
   // Identity and policy (used from the authentication issue on)
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
@@ -77,7 +81,8 @@ export function toGatewayError (err: unknown): GatewayError {
 
 /**
  * The engine's error body shape, and the headers the status requires
- * (a 401 names the scheme it wants, RFC 9110 §11.6.1).
+ * (a 401 names the scheme it wants, RFC 9110 §11.6.1; a 429 or 503 for a full body
+ * budget says when to come back).
  */
 export function renderError (err: GatewayError): { status: number, body: string, headers: Record<string, string> } {
   const body = err.answer ? err.answer.body : JSON.stringify({ message: err.message }) + '\n'
@@ -88,6 +93,8 @@ export function renderError (err: GatewayError): { status: number, body: string,
       'content-type': 'application/json',
       'content-length': String(Buffer.byteLength(body)),
       ...(err.code === 'UNAUTHENTICATED' ? { 'www-authenticate': 'Bearer realm="portcullis"' } : {}),
+      // Full for a moment, not for good (RFC 9110 §10.2.3).
+      ...(err.code === 'IDENTITY_BUSY' || err.code === 'GATEWAY_BUSY' ? { 'retry-after': '1' } : {}),
     },
   }
 }

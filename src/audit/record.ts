@@ -278,6 +278,23 @@ function withTag (repo: string | undefined, tag: string | undefined): string | u
   return tag ? `${repo}:${tag}` : repo
 }
 
+const SECURITY_OPERATIONS = new Set(['ContainerCreate', 'ServiceCreate', 'ServiceUpdate'])
+const EXEC_CREATE = 'ContainerExec'
+/** Creations whose record names the object from the body's `Name` (createdName). */
+const NAMED_BY_BODY = new Set(['VolumeCreate', 'NetworkCreate', 'SecretCreate', 'ConfigCreate', 'ServiceCreate'])
+
+/**
+ * What a record for `operation` at `level` derives from the request body and from the
+ * policy's facts: a long stream keeps only that for its last record and lets go of the
+ * rest once it is under way. `body` is met by the canonical bytes (buildRecord decodes
+ * them again); `facts` by the evaluation's facts.
+ */
+export function recordNeeds (operation: string | null, level: AuditLevel): { body: boolean, facts: boolean } {
+  const op = operation ?? ''
+  const facts = SECURITY_OPERATIONS.has(op) || op === EXEC_CREATE
+  return { body: level === 'request' || facts || NAMED_BY_BODY.has(op), facts }
+}
+
 /** The name of a resource being created, where it is not in the path. */
 function createdName (t: AuditTargetInput, body: unknown): string | undefined {
   const q = t.query
@@ -288,13 +305,7 @@ function createdName (t: AuditTargetInput, body: unknown): string | undefined {
     case 'ImageCommit': return withTag(queryGet(q, 'repo'), queryGet(q, 'tag'))
     case 'PluginPull': return queryGet(q, 'name') || queryGet(q, 'remote') || undefined
     case 'PluginCreate': return queryGet(q, 'name') || undefined
-    case 'VolumeCreate':
-    case 'NetworkCreate':
-    case 'SecretCreate':
-    case 'ConfigCreate':
-    case 'ServiceCreate':
-      return str(obj(body).Name) || undefined
-    default: return undefined
+    default: return NAMED_BY_BODY.has(t.operation) ? str(obj(body).Name) || undefined : undefined
   }
 }
 
@@ -322,9 +333,6 @@ function decodedBody (operation: string | null, body: unknown): unknown {
     return `[undecodable body: ${body.length} bytes]`
   }
 }
-
-const SECURITY_OPERATIONS = new Set(['ContainerCreate', 'ServiceCreate', 'ServiceUpdate'])
-const EXEC_CREATE = 'ContainerExec'
 
 function securityOf (op: string, f: AuditFacts, body: unknown): AuditSecurity {
   if (op === EXEC_CREATE) return { privileged: f.privileged === true, user: f.user ?? '' }

@@ -222,7 +222,7 @@ export function describeConfig (c: Config): JsonObject {
     listen: c.listen.map(listenerSummary),
     upstream: { ...upstreamSummary(c.upstream), ...(c.upstreamFrom !== undefined ? { from: c.upstreamFrom } : {}) },
     api: { minVersion: c.api.minVersion, maxVersion: c.api.maxVersion },
-    limits: { jsonBodyBytes: c.limits.jsonBodyBytes },
+    limits: { jsonBodyBytes: c.limits.jsonBodyBytes, bufferedBytes: c.limits.bufferedBytes },
   }
   const auth: JsonObject = {}
   const j = c.auth.jwt

@@ -29,6 +29,7 @@ import {
 } from './jwt-keys'
 import { At, compile, shown, type SchemaProblem } from './problems'
 import * as S from './schema'
+import { BODY_MEMORY_FACTOR, BUFFERED_BYTES_DEFAULT } from './schema'
 import type { AuditConfig, Config, JwtConfig, ListenerConfig, LoadedTls, MtlsMappingConfig, UpstreamConfig, UpstreamSource } from './types'
 
 export interface ValidateOptions {
@@ -595,6 +596,11 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     }
   })
 
+  // One body of the largest size must fit in the memory for bodies.
+  const bufferedMin = file.limits.jsonBodyBytes * BODY_MEMORY_FACTOR
+  const buffered = file.limits.bufferedBytes
+  if (buffered !== undefined && buffered < bufferedMin) ctx.problem(new At(['limits', 'bufferedBytes']), `must be at least ${bufferedMin}, got ${buffered}`)
+
   const config: Config = {
     source,
     upstreamFrom: given.from,
@@ -602,7 +608,7 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     // Only read when there are no problems, in which case upstream() succeeded.
     upstream: up ?? { kind: 'unix', path: '', url: '' },
     api: apiWindow,
-    limits: file.limits,
+    limits: { jsonBodyBytes: file.limits.jsonBodyBytes, bufferedBytes: buffered ?? Math.max(BUFFERED_BYTES_DEFAULT, bufferedMin) },
     auth: { ...(jwtCfg ? { jwt: jwtCfg } : {}), ...(mtlsCfg ? { mtls: mtlsCfg } : {}) },
     policy: policyCfg,
     audit: auditCfg,

@@ -143,8 +143,18 @@ export const Api = Type.Object({
   maxVersion: ApiVersion(`1.${API_MINOR_MAX}`),
 }, closed({ default: {} }))
 
+/**
+ * A request body held in memory costs about this many times its size (the bytes, the
+ * decoded value, the canonical encoding): what limits.bufferedBytes charges for it.
+ */
+export const BODY_MEMORY_FACTOR = 4
+/** limits.bufferedBytes when not given (or one largest body, when that is more). */
+export const BUFFERED_BYTES_DEFAULT = 256 * 1024 * 1024
+
 export const Limits = Type.Object({
   jsonBodyBytes: Whole({ minimum: 1, default: 1024 * 1024 }),
+  /** The memory for request bodies held at once, all requests together (src/gateway/budget.ts). */
+  bufferedBytes: Type.Optional(Whole({ minimum: 1 })),
 }, closed({ default: {} }))
 
 export const JwtClaims = Type.Object({

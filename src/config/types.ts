@@ -95,7 +95,7 @@ export interface Config {
   listen: ListenerConfig[]
   upstream: UpstreamConfig
   api: { minVersion: string, maxVersion: string }
-  limits: Static<typeof S.Limits>
+  limits: { jsonBodyBytes: number, bufferedBytes: number }
   auth: AuthConfig
   policy: PolicyConfig
   audit: AuditConfig

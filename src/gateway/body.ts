@@ -3,10 +3,27 @@
  * are buffered, and only up to the configured cap; everything else is streamed.
  * The declared length is never trusted on its own: a body that claims
  * `Content-Length: 0`, or arrives chunked, is still read to its end and checked.
+ *
+ * While a JSON body is read, each chunk is counted against the decoder's limits of
+ * depth and number of values (api/body/shape.ts) and charged to the body budget
+ * (budget.ts): a body that crosses either is refused at that chunk, with the rest
+ * left unread.
  */
 import type { IncomingMessage } from 'node:http'
 import type { Duplex } from 'node:stream'
+import { JsonShape } from '../api/body/shape'
 import { GatewayError } from '../api/errors'
+
+/** How one body is read: its cap, what to say above it, and what to charge its bytes to. */
+export interface BodyLimits {
+  readonly limit: number
+  /** The refusal for a body over `limit` (default: over the gateway's limit). */
+  readonly tooLarge?: (limit: number) => GatewayError
+  /** Charged each chunk's size as it arrives (a declared length at once); throws to refuse. */
+  readonly take?: (bytes: number) => void
+  /** Awaited once the declared length has been checked and charged, before the first byte is read. */
+  readonly ready?: (declared: number) => Promise<void>
+}
 
 function tooLarge (limit: number): GatewayError {
   return new GatewayError('BODY_TOO_LARGE', `request body exceeds the gateway's limit of ${limit} bytes`)
@@ -17,15 +34,23 @@ export function hasBody (req: IncomingMessage): boolean {
   return req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length'] ?? 0) > 0
 }
 
-/** Read an ordinary request's whole body, refusing more than `limit` bytes. */
-export async function readCapped (req: IncomingMessage, limit: number): Promise<Buffer> {
+/** Read an ordinary request's whole JSON body, refusing more than `limit` bytes, or a shape the decoder would refuse, as it arrives. */
+export async function readCapped (req: IncomingMessage, limits: BodyLimits | number): Promise<Buffer> {
+  const { limit, tooLarge: over = tooLarge, take, ready } = typeof limits === 'number' ? { limit: limits } : limits
   const declared = Number(req.headers['content-length'] ?? 0)
-  if (declared > limit) throw tooLarge(limit)
+  if (declared > limit) throw over(limit)
+  // A declared length is charged before the first byte is read; a chunked body as it comes.
+  const chunked = req.headers['transfer-encoding'] !== undefined
+  if (!chunked && declared > 0) take?.(declared)
+  await ready?.(chunked ? 0 : declared)
+  const shape = new JsonShape()
   const chunks: Buffer[] = []
   let size = 0
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length
-    if (size > limit) throw tooLarge(limit)
+    if (size > limit) throw over(limit)
+    if (chunked) take?.(chunk.length)
+    shape.push(chunk)
     chunks.push(chunk)
   }
   return Buffer.concat(chunks, size)
@@ -37,14 +62,23 @@ export async function readCapped (req: IncomingMessage, limit: number): Promise<
  * head are taken from `head` and then the socket. Returns the body and whatever
  * the client sent beyond it (already stream data).
  */
-export async function readUpgradeBody (req: IncomingMessage, socket: Duplex, head: Buffer, limit: number): Promise<{ body: Buffer, rest: Buffer }> {
+export async function readUpgradeBody (req: IncomingMessage, socket: Duplex, head: Buffer, limits: BodyLimits | number): Promise<{ body: Buffer, rest: Buffer }> {
+  const { limit, tooLarge: over = tooLarge, take } = typeof limits === 'number' ? { limit: limits } : limits
   if (req.headers['transfer-encoding'] !== undefined) {
     throw new GatewayError('BODY_INVALID', 'a chunked body cannot precede a connection upgrade')
   }
   const length = Number(req.headers['content-length'] ?? 0)
   if (!Number.isSafeInteger(length) || length < 0) throw new GatewayError('BODY_INVALID', 'invalid Content-Length')
-  if (length > limit) throw tooLarge(limit)
-  if (head.length >= length) return { body: head.subarray(0, length), rest: head.subarray(length) }
+  if (length > limit) throw over(limit)
+  if (length > 0) take?.(length)
+  const shape = new JsonShape()
+  if (head.length >= length) {
+    // Copies: the body and the stream data must not pin (or alias) the head they came in.
+    const body = Buffer.from(head.subarray(0, length))
+    shape.push(body)
+    return { body, rest: Buffer.from(head.subarray(length)) }
+  }
+  shape.push(head)
   return await new Promise((resolve, reject) => {
     const chunks = [head]
     let have = head.length
@@ -53,9 +87,14 @@ export async function readUpgradeBody (req: IncomingMessage, socket: Duplex, hea
       if (err) return reject(err)
       socket.pause()
       const all = Buffer.concat(chunks, have)
-      resolve({ body: all.subarray(0, length), rest: all.subarray(length) })
+      resolve({ body: all.subarray(0, length), rest: Buffer.from(all.subarray(length)) })
     }
     const onData = (chunk: Buffer): void => {
+      try {
+        shape.push(chunk.subarray(0, Math.max(0, length - have)))
+      } catch (err) {
+        return done(err as Error)
+      }
       chunks.push(chunk)
       have += chunk.length
       if (have >= length) done()

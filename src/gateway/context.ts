@@ -10,6 +10,8 @@ import type { PolicyInput } from '../policy/facts'
 import type { AppliedRewrite } from '../policy/rewrite'
 import type { GatewayError } from '../api/errors'
 import type { BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
+import type { BodyHold } from './budget'
+import type { Turn } from './turns'
 
 export interface RequestContext {
   readonly id: string
@@ -34,6 +36,12 @@ export interface RequestContext {
   audited?: 'request' | 'session'
   /** For operations with an inspected body: exactly the bytes evaluated and forwarded. */
   body?: Buffer
+  /** What the body is charged to in the gateway's body budget, until the request lets go of it. */
+  hold?: BodyHold
+  /** The identity's slot this request is worked on in (turns.ts). */
+  turn?: Turn
+  /** Gives back the identity's large-body lane (turns.ts), once the large body has been judged. */
+  large?: () => void
   /** The request target to forward when tenancy rewrote it (full ids, owner-label filters). */
   upstreamUrl?: string
   /** Request headers the gateway sets upstream (registry credentials). */
@@ -62,6 +70,13 @@ export interface RequestContext {
   seal?: () => void
   /** Set by the pipeline: called when a hijack is established, before the client hears of it. Throws to fail. */
   established?: () => void
+  /**
+   * Set by the pipeline: called once a streamed answer's head has arrived, when the
+   * request becomes a long stream: what only the check needed is let go.
+   */
+  streaming?: () => void
+  /** Set by the pipeline: waits for the identity's turn to work on the engine's (non-streamed) answer. */
+  answering?: () => Promise<void>
 }
 
 export function newContext (listener: string, remote: string, method: string, url: string): RequestContext {

@@ -73,6 +73,10 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   }
   ctx.upstreamMs = performance.now() - sent
   ctx.status = answer.statusCode
+  // The engine has what it was sent: a stream (logs -f, events, a pull) goes on without it;
+  // any other answer is the gateway's work again, in the identity's turn.
+  if (target.operation.streams) ctx.streaming?.()
+  else await ctx.answering?.()
 
   if (ctx.respond && answer.statusCode >= 200 && answer.statusCode < 300 && req.method !== 'HEAD') {
     try {

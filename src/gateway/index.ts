@@ -7,6 +7,8 @@ import { Credentials, describeConfig, type Config } from '../config'
 import { acceptedCredentials, createAuthenticator, type Authenticator } from './authenticate'
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
+import { BodyBudget } from './budget'
+import { Turns } from './turns'
 import { createUpstream, engineJson, type Upstream } from './upstream'
 import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
@@ -62,7 +64,11 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
   const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, quotaStore)
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy, admin: policyAdmin(policy) }
+  const budget = new BodyBudget(config.limits.bufferedBytes, config.limits.jsonBodyBytes, {
+    held: (bytes) => { metrics.bodyMemory(bytes) },
+    refused: (scope, tenant) => { metrics.bodyRefused(scope, tenant) },
+  })
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))

@@ -1,11 +1,16 @@
 /**
  * The request lifecycle, and the only module that knows its order:
  *
- *   listen -> route (operation id) -> authenticate -> read body -> decode, rewrite,
+ *   listen -> route (operation id) -> authenticate -> read body (capped, counted, charged
+ *          to the body budget) -> decode, rewrite,
  *          authorize (policy) -> scope to the tenant (ownership, references, owner
  *          labels, quotas, registry credentials) -> forward | hijack (answers narrowed
  *          to the tenant) -> audit record (before the answer completes; at a session's
  *          start and end) -> log line + metrics
+ *
+ * A request that becomes a long stream (a hijacked session once established, a
+ * streamed answer once its head arrived) lets go of its body, decoded value and facts
+ * then, keeping only what its last audit record reads (letGo).
  *
  * Two entry points feed the same stages: ordinary requests from the listener's
  * fastify instance, and requests Node hands over through its `upgrade` event.
@@ -19,9 +24,13 @@ import { authorize, denialMessage } from '../policy/authorize'
 import type { Policy } from '../policy/engine'
 import type { AuditTrail } from '../audit'
 import { inputFromContext } from './audit-input'
+import { recordNeeds } from '../audit/record'
 import type { Metrics, UpstreamErrorKind } from '../metrics'
 import type { Identity } from './authenticate'
-import { hasBody, readCapped, readUpgradeBody } from './body'
+import { hasBody, readCapped, readUpgradeBody, type BodyLimits } from './body'
+import type { BodyBudget } from './budget'
+import { LARGE_BODY, type Turns } from './turns'
+import type { Operation } from '../api/catalog/operations'
 import { resolveTarget, type ApiWindow } from '../api/catalog/route'
 import { elapsedMs, type RequestContext } from './context'
 import { GatewayError, isGatewayError, renderError, toGatewayError } from '../api/errors'
@@ -36,6 +45,10 @@ import type { PolicyAdmin } from './admin'
 export interface GatewayDeps {
   readonly api: ApiWindow
   readonly limits: { readonly jsonBodyBytes: number }
+  /** The memory held for request bodies, all requests together and per identity (limits.bufferedBytes). */
+  readonly budget: BodyBudget
+  /** Each identity's share of the gateway's attention (turns.ts). */
+  readonly turns: Turns
   readonly upstream: Upstream
   readonly log: Logger
   readonly inflight: Inflight
@@ -99,10 +112,90 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
 }
 
 /**
+ * Operations that take no body still get small JSON objects from real clients, which
+ * the engine ignores: docker-py sends `{}` with a push, dockerode repeats a call's
+ * options (`{"t":5}` on a stop, `{"stream":true,...}` on an attach) beside the query.
+ * Options that fit in a request head (which Node caps at 16 KiB) fit here; they are
+ * read and checked like any body. Anything larger is refused before it is read.
+ * (Form-encoded bodies, which Go would merge into the parameters, are refused in admit.)
+ */
+export const NO_BODY_MAX = 16 * 1024
+
+/** Whose share a request counts against: its tenant's, else its subject's. */
+function shareOf (ctx: RequestContext): string {
+  const who = ctx.identity!
+  return who.tenant !== null ? `tenant:${who.tenant}` : `subject:${who.subject}`
+}
+
+/**
+ * Wait for the identity's turn (turns.ts) before its request is read and worked on, and
+ * again for the engine's answer: between the two the engine has it, not the gateway.
+ */
+async function takeTurn (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
+  ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
+  ctx.answering = async () => {
+    if (ctx.turn?.held) ctx.turn.answered()
+    else ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
+  }
+}
+
+/** How the body of `op` is read: its cap and the budget it is charged to. */
+function bodyLimits (deps: GatewayDeps, ctx: RequestContext, op: Operation): BodyLimits {
+  const who = ctx.identity!
+  const hold = ctx.hold ??= deps.budget.open(shareOf(ctx), who.tenant)
+  const take = (bytes: number): void => hold.take(bytes)
+  if (op.body !== 'none') return { limit: deps.limits.jsonBodyBytes, take }
+  return {
+    limit: NO_BODY_MAX,
+    take,
+    tooLarge: (limit) => new GatewayError('BODY_TOO_LARGE', `${op.id} takes no request body: up to ${limit} bytes of JSON (the options some clients repeat there) are read, a larger body is refused unread`),
+  }
+}
+
+/** Read the body of an operation that declares one, and whatever small body a body-less operation was sent. */
+async function readBody (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<void> {
+  const op = ctx.target!.operation
+  if (op.body === 'json' || (op.body === 'none' && hasBody(req))) {
+    ctx.body = await readCapped(req, {
+      ...bodyLimits(deps, ctx, op),
+      // A large body announced (and fitting the budget) is read in the identity's large-body lane (turns.ts).
+      ready: async (declared) => { if (declared > LARGE_BODY) ctx.large = await deps.turns.largeBody(shareOf(ctx), ctx.identity!.tenant) },
+    })
+  }
+}
+
+/**
+ * A request that has become a long stream (`logs -f`, events, an attach or exec
+ * session) may run for days: what only its check needed is let go now, its charge in
+ * the body budget, the decoded body and the facts, and the canonical bytes unless its
+ * last audit record reads them (recordNeeds: at level `request`, or for the few
+ * operations whose record derives fields from the body; none of them streams).
+ */
+function letGo (deps: GatewayDeps, ctx: RequestContext): void {
+  ctx.hold?.release()
+  ctx.turn?.release()
+  const needs = recordNeeds(ctx.target?.operation.id ?? null, deps.audit.level)
+  ctx.decodedBody = undefined
+  if (!needs.facts) ctx.facts = undefined
+  if (!needs.body) ctx.body = undefined
+}
+
+/**
  * Decode the body as the engine will, apply the policy's rewrites, evaluate, and keep
  * exactly the bytes evaluated as the bytes to forward. A denial names the rule.
  */
 async function inspect (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<unknown> {
+  // One large body per identity is decoded and judged at a time (turns.ts); a chunked one
+  // takes the lane now that its size is known.
+  if (ctx.large === undefined && (ctx.body?.length ?? 0) > LARGE_BODY) ctx.large = await deps.turns.largeBody(shareOf(ctx), ctx.identity!.tenant)
+  try {
+    return await inspectNow(deps, ctx, req)
+  } finally {
+    ctx.large?.()
+  }
+}
+
+async function inspectNow (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage): Promise<unknown> {
   const target = ctx.target!
   const identity = ctx.identity!
   const policy = deps.policy()
@@ -113,13 +206,15 @@ async function inspect (deps: GatewayDeps, ctx: RequestContext, req: IncomingMes
     if (isGatewayError(err)) throw err
     throw new GatewayError('POLICY_FAILED', `policy evaluation failed for ${target.operation.id}`, { cause: err })
   }
-  const { evaluation, body } = result
+  const { evaluation } = result
   ctx.decision = evaluation.decision
   ctx.rewrites = evaluation.rewrites
   ctx.facts = evaluation.input
   ctx.decodedBody = evaluation.body
   if (evaluation.decision.decision === 'deny') throw new GatewayError('FORBIDDEN', await denialMessage(policy, identity, target, evaluation))
-  ctx.body = body
+  // A large body is encoded on a turn of the loop of its own (what else is ready goes first).
+  if ((ctx.body?.length ?? 0) > LARGE_BODY) await new Promise((resolve) => setImmediate(resolve))
+  ctx.body = result.body
   const scoped = await scope(deps, ctx, req, policy)
   // Fail closed before the engine acts: a request is only forwarded when its audit
   // record can be written (unless the operator chose audit.onFailure: open).
@@ -208,7 +303,9 @@ function recordHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
     audit(deps, ctx, 'session.start')
     ctx.audited = 'session'
     closeSession = deps.metrics.sessionOpened(ctx.listener)
+    letGo(deps, ctx)
   }
+  ctx.streaming = () => { letGo(deps, ctx) }
   return () => { closeSession?.() }
 }
 
@@ -232,12 +329,17 @@ async function discardUpload (req: IncomingMessage): Promise<void> {
   })
 }
 
+const EMPTY = Buffer.alloc(0)
+
 /** Exec start hijacks unless its (canonical) body asks to detach. */
 function detaches (body: unknown): boolean {
   return body !== null && typeof body === 'object' && (body as { Detach?: unknown }).Detach === true
 }
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
+  ctx.hold?.release()
+  ctx.turn?.release()
+  ctx.large?.()
   // The answer is out (or the request failed): what tenancy held for it is let go.
   try { ctx.settled?.(ctx.status ?? 0) } catch (err) { deps.log.error({ req: ctx.id, err: { message: (err as Error).message } }, 'tenancy settle failed') }
   // A session's end, or a request that ended before its answer completed (client gone,
@@ -299,22 +401,47 @@ function fail (ctx: RequestContext, err: unknown): GatewayError {
   return e
 }
 
+/**
+ * Check a request whose body has been read, and answer it when that is the gateway's
+ * to do; otherwise say how it goes on. The decoded body lives in this frame only: the
+ * long awaits that follow (a stream, a session) must not hold it.
+ */
+async function check (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<'answered' | 'hijack' | 'forward'> {
+  const op = ctx.target!.operation
+  const body = await inspect(deps, ctx, req)
+  if (op.kind === 'policy') {
+    await deps.admin(ctx, body, res)
+    return 'answered'
+  }
+  if (ctx.answer) {
+    answerLocally(ctx, ctx.answer, res)
+    return 'answered'
+  }
+  return op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body)) ? 'hijack' : 'forward'
+}
+
 export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const done = deps.inflight.begin()
   const ended = recordHooks(deps, ctx)
+  // A body refused while it was being read (too large, a shape the decoder refuses, a
+  // full budget) is left unread: the refusal goes out at once and the connection closes.
+  let reading = false
   try {
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
-    if (op.body === 'json' || (op.body === 'none' && hasBody(req))) ctx.body = await readCapped(req, deps.limits.jsonBodyBytes)
-    const body = await inspect(deps, ctx, req)
-    if (op.kind === 'policy') {
-      await deps.admin(ctx, body, res)
-    } else if (ctx.answer) {
-      answerLocally(ctx, ctx.answer, res)
-    } else if (op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body))) {
+    reading = true
+    await takeTurn(deps, ctx)
+    await readBody(deps, ctx, req)
+    reading = false
+    const next = await check(deps, ctx, req, res)
+    // With the engine now: the turn lapses if the engine takes long over it (turns.ts).
+    if (next !== 'answered') ctx.turn?.engineWait()
+    if (next === 'hijack') {
       await execCommand(deps, ctx)
       await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
       await sessionExit(deps, ctx)
+    } else if (next === 'answered') {
+      // The gateway's own answer (policy admin API, tenancy) is out.
     } else if (op.streams) {
       const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
       const closed = deps.metrics.streamOpened()
@@ -331,9 +458,10 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       // A refusal made while the upload streams (an archive a tenant may not load): the
       // rest of it is read and dropped first, within bounds, so that a client that writes
       // its whole body before it reads (Go's net/http) sees the refusal, not a broken pipe.
-      if (e.status < 500 && e.code !== 'BODY_TOO_LARGE' && !req.complete && hasBody(req)) await discardUpload(req)
+      const unread = reading || e.code === 'BODY_TOO_LARGE'
+      if (e.status < 500 && !unread && !req.complete && hasBody(req)) await discardUpload(req)
       // After refusing a body we did not read to its end, the connection cannot be reused.
-      const close = e.code === 'BODY_TOO_LARGE' || (!req.complete && hasBody(req))
+      const close = unread || (!req.complete && hasBody(req))
       res.writeHead(status, { ...headers, ...(close ? { connection: 'close' } : {}) })
       res.end(body)
     } else {
@@ -354,9 +482,13 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     admit(deps, listener, ctx, req)
     const op = ctx.target!.operation
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
-    const { body, rest } = await readUpgradeBody(req, socket, head, deps.limits.jsonBodyBytes)
-    ctx.body = body
+    await takeTurn(deps, ctx)
+    let rest: Buffer
+    ;({ body: ctx.body, rest } = await readUpgradeBody(req, socket, head, bodyLimits(deps, ctx, op)))
+    // The head may hold the body's bytes: not kept for the length of the session.
+    head = EMPTY
     await inspect(deps, ctx, req)
+    ctx.turn?.engineWait()
     await execCommand(deps, ctx)
     await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
     await sessionExit(deps, ctx)

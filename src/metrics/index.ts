@@ -27,6 +27,9 @@ export const UPSTREAM_ERROR_KINDS = Object.freeze(['unreachable', 'failed', 'tim
 export const QUOTA_STORE_STAGES = Object.freeze(['admit', 'release', 'renew'] as const)
 export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number]
 export const READINESS_CHECKS = Object.freeze(['engine', 'policy'] as const)
+/** Who was full when a request body was refused for memory: the gateway as a whole, or the identity's share. */
+export const BUDGET_SCOPES = Object.freeze(['gateway', 'identity'] as const)
+export type BudgetScope = (typeof BUDGET_SCOPES)[number]
 
 const OPERATION_IDS: ReadonlySet<string> = new Set(operations.map((o) => o.id))
 
@@ -110,6 +113,8 @@ export class Metrics {
   private readonly auditFailures: Counter
   private readonly upstreamErrors: Counter<'kind'>
   private readonly ready: Gauge<'check'>
+  private readonly bodyBytesHeld: Gauge
+  private readonly bodyRefusals: Counter<'scope' | 'tenant'>
 
   constructor (opts: MetricsOptions) {
     this.tenants = new Set(opts.tenants.filter((t) => t !== OTHER && t !== NONE))
@@ -221,6 +226,17 @@ export class Metrics {
       labelNames: ['check'],
       registers,
     })
+    this.bodyBytesHeld = new Gauge({
+      name: `${PREFIX}request_body_memory_bytes`,
+      help: 'Memory charged now for request bodies being read, checked or forwarded (limits.bufferedBytes bounds it).',
+      registers,
+    })
+    this.bodyRefusals = new Counter({
+      name: `${PREFIX}request_body_refusals_total`,
+      help: 'Requests refused because the memory for request bodies was full, by scope (gateway: 503, identity: its share, 429) and tenant.',
+      labelNames: ['scope', 'tenant'],
+      registers,
+    })
     const build = new Gauge({
       name: `${PREFIX}build_info`,
       help: 'The gateway version and the Node.js version running it (always 1).',
@@ -237,6 +253,7 @@ export class Metrics {
     for (const listener of this.listeners) this.activeSessions.set({ listener }, 0)
     this.auditRecords.inc(0)
     this.auditFailures.inc(0)
+    this.bodyBytesHeld.set(0)
   }
 
   /** The label value for an operation id: the id if the catalog knows it, else `none`. */
@@ -327,6 +344,14 @@ export class Metrics {
 
   upstreamError (kind: UpstreamErrorKind): void {
     this.upstreamErrors.inc({ kind: (UPSTREAM_ERROR_KINDS as readonly string[]).includes(kind) ? kind : 'failed' })
+  }
+
+  /** The memory charged for request bodies now (src/gateway/budget.ts). */
+  bodyMemory (bytes: number): void { this.bodyBytesHeld.set(amount(bytes)) }
+
+  /** A request body refused because the gateway (`gateway`) or the identity's share (`identity`) was full. */
+  bodyRefused (scope: BudgetScope, tenant: string | null): void {
+    this.bodyRefusals.inc({ scope: BUDGET_SCOPES.includes(scope) ? scope : 'gateway', tenant: this.tenantLabel(tenant) })
   }
 
   /** Records the outcome of a readiness check (portcullis_ready). */

@@ -11,7 +11,7 @@ import { describeReason } from './explain'
 
 export interface Authorization {
   readonly evaluation: Evaluation
-  /** The body to forward: the canonical serialization of the evaluated body (undefined: none). */
+  /** The body to forward: the canonical serialization of the evaluated body (undefined: none), encoded on first use. */
   readonly body: Buffer | undefined
 }
 
@@ -25,10 +25,20 @@ export async function authorize (policy: Policy, who: Principal, target: Target,
     query: target.query,
     body: decoded?.value,
   })
+  // Encoded when first asked for: a denied request never is.
   let body: Buffer | undefined
-  if (evaluation.rewrites.length) body = encodeBody(evaluation.body)
-  else if (decoded) body = decoded.bytes
-  return { evaluation, body }
+  let encoded = false
+  return {
+    evaluation,
+    get body () {
+      if (!encoded) {
+        encoded = true
+        if (evaluation.rewrites.length) body = encodeBody(evaluation.body)
+        else if (decoded) body = decoded.bytes
+      }
+      return body
+    },
+  }
 }
 
 /**

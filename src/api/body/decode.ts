@@ -66,7 +66,7 @@ export type { JsonObject, JsonValue } from './json'
 export interface DecodedBody {
   /** The canonical value: a JsonValue, or `undefined` for an empty (0-byte) body. */
   readonly value: unknown
-  /** encodeBody(value): what to forward. Empty for an empty body. */
+  /** encodeBody(value): what to forward. Empty for an empty body. Encoded on first use. */
   readonly bytes: Buffer
 }
 
@@ -86,6 +86,8 @@ const HEX4 = /^[0-9a-fA-F]{4}$/
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/
 const LONE_SURROGATE = /\p{Cs}/u
 const NEEDS_ESCAPE = /["\\\x00-\x1f]/
+/** Characters a JSON string holds as they are: everything but `"`, `\\` and controls. */
+const PLAIN_RUN_Y = /[^"\\\x00-\x1f]*/y
 
 /** True if engine-schema.json describes the operation's body. */
 export function hasBodySchema (operationId: string): boolean {
@@ -108,7 +110,10 @@ export function decodeBody (operationId: string, raw: Buffer): DecodedBody {
   p.ws()
   if (p.pos < p.s.length) p.fail('unexpected data after the JSON value')
   resolveEngineQuirks(operationId, value)
-  return { value, bytes: Buffer.from(encode(value, 0, false), 'utf8') }
+  // Encoded when first asked for: a body the policy rewrites is encoded once, rewritten.
+  // (Rewrites copy what they change; the decoded value itself is never changed.)
+  let bytes: Buffer | undefined
+  return { value, get bytes () { return (bytes ??= Buffer.from(encode(value, 0, false), 'utf8')) } }
 }
 
 /**
@@ -273,6 +278,10 @@ class Parser {
     let start = i
     let out = ''
     for (;;) {
+      // The run of ordinary characters at once (a long string is one native scan, not a loop).
+      PLAIN_RUN_Y.lastIndex = i
+      PLAIN_RUN_Y.test(s)
+      i = PLAIN_RUN_Y.lastIndex
       const c = s.charCodeAt(i)
       if (c === 0x22) {
         this.pos = i + 1

@@ -73,7 +73,7 @@ export class Tenancy {
       for (const f of call.settled) f(0)
       throw await this.asEngineAnswers(err)
     }
-    return {
+    const scoped = {
       ...(call.paramsChanged || call.queryChanged ? { url: buildUrl(target, call.params, call.queryChanged ? call.query : null) } : {}),
       ...(call.bodyChanged ? { body: call.body } : {}),
       patch: call.patch,
@@ -83,6 +83,10 @@ export class Tenancy {
       ...(call.answer ? { answer: call.answer } : {}),
       ...(call.settled.length > 0 ? { settled: (status: number) => { for (const f of call.settled) f(status) } } : {}),
     }
+    // The answer's filters and the settle hook keep `call` for as long as the request
+    // runs (a tenant's events stream: for days); the decoded body is the pipeline's now.
+    call.body = undefined
+    return scoped
   }
 
   /** Another tenant's object answers as a missing one, in the words of the engine behind the gateway. */
