@@ -135,7 +135,10 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       // then cut whatever is still open.
       const closing = Promise.allSettled(listeners.map((l) => l.app.close()))
       await inflight.drain(config.shutdown.graceSeconds * 1000)
-      for (const l of listeners) l.server.closeAllConnections()
+      for (const l of listeners) {
+        l.server.closeAllConnections()
+        l.destroyConnections()
+      }
       await closing
       tenancy.close()
       await upstream.close()

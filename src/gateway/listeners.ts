@@ -20,6 +20,12 @@ export interface Listening {
   readonly server: http.Server | https.Server
   /** `unix:/path` or `host:port` with the port actually bound. */
   readonly address: string
+  /**
+   * Cut every connection still open, hijacked ones included: Node's closeAllConnections
+   * knows only the HTTP connections, and an upgraded socket whose session did not end
+   * would keep the server (and shutdown) waiting for ever.
+   */
+  destroyConnections (): void
 }
 
 function createServer (cfg: ListenerConfig, handler: http.RequestListener): http.Server | https.Server {
@@ -99,6 +105,12 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
   await app.ready()
   if (!server) throw new Error('fastify did not create the server')
   const srv = server
+  const sockets = new Set<net.Socket>()
+  srv.on('connection', (socket: net.Socket) => {
+    sockets.add(socket)
+    socket.once('close', () => { sockets.delete(socket) })
+  })
+  const destroyConnections = (): void => { for (const s of sockets) s.destroy() }
   srv.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
     const ctx = newContext(cfg.name, remoteOf(socket, cfg), req.method ?? '', req.url ?? '')
     void handleUpgrade(deps, cfg, ctx, req, socket, head)
@@ -115,9 +127,9 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
     }
     if (cfg.gid !== undefined) fs.chownSync(cfg.path, process.getuid?.() ?? 0, cfg.gid)
     fs.chmodSync(cfg.path, cfg.mode ?? 0o666 & ~umask)
-    return { config: cfg, app, server: srv, address: `unix:${cfg.path}` }
+    return { config: cfg, app, server: srv, address: `unix:${cfg.path}`, destroyConnections }
   }
   await app.listen({ host: cfg.host, port: cfg.port })
   const addr = srv.address() as net.AddressInfo
-  return { config: cfg, app, server: srv, address: `${addr.address.includes(':') ? `[${addr.address}]` : addr.address}:${addr.port}` }
+  return { config: cfg, app, server: srv, address: `${addr.address.includes(':') ? `[${addr.address}]` : addr.address}:${addr.port}`, destroyConnections }
 }
