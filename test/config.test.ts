@@ -100,7 +100,7 @@ t.test('built-in defaults', async (t) => {
   ])
   t.same(c.upstream, { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' })
   t.same(c.api, { minVersion: '1.24', maxVersion: '1.56' })
-  t.same(c.limits, { jsonBodyBytes: 1048576 })
+  t.same(c.limits, { jsonBodyBytes: 1048576, bufferedBytes: 268435456 })
   t.same(c.auth, {})
   t.same(c.policy, { dir: join(dir, 'policies') })
   t.equal(c.audit.file, join(dir, 'audit.jsonl'))
@@ -144,7 +144,7 @@ t.test('the schema\'s defaults are the ones the hand-written validation gave', a
     ],
     upstream: { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' },
     api: { minVersion: '1.24', maxVersion: '1.56' },
-    limits: { jsonBodyBytes: 1048576 },
+    limits: { jsonBodyBytes: 1048576, bufferedBytes: 268435456 },
     auth: {},
     policy: { dir: join(dir, 'policies') },
     audit: { file: join(dir, 'audit.jsonl'), stdout: false, level: 'metadata' },
@@ -845,6 +845,9 @@ t.test('misc types and nulls', async (t) => {
   t.same(bad('auth:\n  jwt:\n'), ['auth.jwt: expected a mapping, got nothing (null)'])
   t.same(bad('audit: { stdout: yes }\n'), ['audit.stdout: expected true or false, got "yes"'])
   t.same(bad('limits: { jsonBodyBytes: 1.5 }\n'), ['limits.jsonBodyBytes: expected a whole number, got 1.5'])
+  t.same(bad('limits: { bufferedBytes: 4194303 }\n'), ['limits.bufferedBytes: must be at least 4194304, got 4194303'], 'one body of the largest size (4 x jsonBodyBytes) must fit')
+  t.same(parseConfig('limits: { jsonBodyBytes: 1000, bufferedBytes: 4000 }\n', '/p.yaml').limits, { jsonBodyBytes: 1000, bufferedBytes: 4000 })
+  t.equal(parseConfig('limits: { jsonBodyBytes: 134217728 }\n', '/p.yaml').limits.bufferedBytes, 536870912, 'the default grows with a larger body cap')
   t.same(bad('"odd key": 1\n'), ['["odd key"]: unknown key'])
 
   const noFile = parseConfig('audit: { file: null, stdout: true }\n', '/p.yaml')

@@ -816,12 +816,14 @@ t.test(`ServiceCreate: the spec the swarm stores, directly and through the gatew
       const v = serviceViolations(a.doc)
       if (v.length > 0) differ('ServiceCreate', shown, `tenant's service let through with ${v.join(', ')}`)
       if (d.doc !== undefined) {
-        // The tenant's rewrites give a memory and a PID limit where the spec has none.
+        // The tenant's rewrites give a memory and a PID limit where the spec has none, and
+        // a bounded json-file log driver where it names none.
         const kept = (spec: Doc): Doc => {
           const x = view(spec)
           const limits = d.doc!.TaskTemplate?.Resources?.Limits ?? {}
           const l = x.TaskTemplate?.Resources?.Limits ?? {}
-          return { ...x, TaskTemplate: { ...x.TaskTemplate, Resources: { ...x.TaskTemplate?.Resources, Limits: { ...l, MemoryBytes: Number(limits.MemoryBytes) > 0 ? l.MemoryBytes : undefined, Pids: Number(limits.Pids) > 0 ? l.Pids : undefined } } } }
+          const logDriver = d.doc!.TaskTemplate?.LogDriver !== undefined ? x.TaskTemplate?.LogDriver : undefined
+          return { ...x, TaskTemplate: { ...x.TaskTemplate, LogDriver: logDriver, Resources: { ...x.TaskTemplate?.Resources, Limits: { ...l, MemoryBytes: Number(limits.MemoryBytes) > 0 ? l.MemoryBytes : undefined, Pids: Number(limits.Pids) > 0 ? l.Pids : undefined } } } }
         }
         if (!isDeepStrictEqual(kept(d.doc), kept(a.doc))) differ('ServiceCreate', shown, `tenant's service differs:\n  engine: ${JSON.stringify(kept(d.doc))}\n  tenant: ${JSON.stringify(kept(a.doc))}`)
       }
