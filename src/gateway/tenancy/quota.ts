@@ -189,7 +189,7 @@ async function checkShared (call: Call, store: QuotaStore, q: Quota, adding: Usa
   } catch (err) {
     if (!(err instanceof QuotaStoreError)) throw err
     // Fail closed: without the other replicas' reservations the check cannot hold.
-    throw Object.assign(new GatewayError('QUOTA_STORE_UNAVAILABLE', `${call.op.id} refused for tenant ${call.tenant}: its quota cannot be checked, ${err.message} (rule quota-store)`), { tenancyRule: 'quota-store' })
+    throw storeUnavailable(call, err)
   }
   const { release } = lease
   const updates = except?.container !== undefined
@@ -243,7 +243,7 @@ export async function checkVolumeQuota (call: Call, adding: number): Promise<voi
       })
     } catch (err) {
       if (!(err instanceof QuotaStoreError)) throw err
-      throw Object.assign(new GatewayError('QUOTA_STORE_UNAVAILABLE', `${call.op.id} refused for tenant ${call.tenant}: its quota cannot be checked, ${err.message} (rule quota-store)`), { tenancyRule: 'quota-store' })
+      throw storeUnavailable(call, err)
     }
     call.settled.push(() => lease.release(0))
     return
@@ -256,4 +256,9 @@ export async function checkVolumeQuota (call: Call, adding: number): Promise<voi
   judgeVolumes(listed, volumesOf(new Set([...before, ...cache.reserved(call.tenant)])))
   cache.reserve(call.tenant, reservation)
   call.settled.push(() => cache.release(call.tenant, reservation))
+}
+
+/** Fail closed: without the other replicas' reservations a quota check cannot hold. */
+function storeUnavailable (call: Call, err: QuotaStoreError): GatewayError {
+  return Object.assign(new GatewayError('QUOTA_STORE_UNAVAILABLE', `${call.op.id} refused for tenant ${call.tenant}: its quota cannot be checked, ${err.message} (rule quota-store)`), { tenancyRule: 'quota-store' })
 }
