@@ -17,9 +17,10 @@ import type { ServerResponse } from 'node:http'
 import type { PolicyLine } from '../policy/engine'
 import { DatabaseError, PolicyChangeError, type PolicyStore } from '../policy/store'
 import type { RequestContext } from './context'
+import type { AnswerEvents } from './exchange'
 import { GatewayError } from '../api/errors'
 
-export type PolicyAdmin = (ctx: RequestContext, body: unknown, res: ServerResponse) => Promise<void>
+export type PolicyAdmin = (ctx: RequestContext, body: unknown, res: ServerResponse, on: AnswerEvents) => Promise<void>
 
 /** At most this many lines per change: a change is validated and written in one transaction. */
 const MAX_LINES = 10_000
@@ -39,22 +40,22 @@ function parseLines (body: unknown): PolicyLine[] {
   })
 }
 
-function send (ctx: RequestContext, res: ServerResponse, status: number, value: unknown): void {
+function send (ctx: RequestContext, res: ServerResponse, on: AnswerEvents, status: number, value: unknown): void {
   const body = Buffer.from(JSON.stringify(value) + '\n')
   ctx.status = status
   // The audit record goes out before the answer, as for forwarded requests.
-  ctx.seal?.()
+  on('finished')
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(body.length), 'cache-control': 'no-store' })
   res.end(body)
   ctx.bytesOut += body.length
 }
 
 export function policyAdmin (store: PolicyStore): PolicyAdmin {
-  return async (ctx, body, res) => {
+  return async (ctx, body, res, on) => {
     const op = ctx.target!.operation.id
     if (op === 'PortcullisPolicyList') {
       const p = store.current
-      send(ctx, res, 200, { version: p.version, source: p.source, ...(store.database ? { database: store.database.where } : {}), lines: p.lines })
+      send(ctx, res, on, 200, { version: p.version, source: p.source, ...(store.database ? { database: store.database.where } : {}), lines: p.lines })
       return
     }
     const lines = parseLines(body)
@@ -66,6 +67,6 @@ export function policyAdmin (store: PolicyStore): PolicyAdmin {
       if (err instanceof DatabaseError) throw new GatewayError('POLICY_STORE_UNAVAILABLE', `${op} failed, the policy was not changed: ${err.message}`)
       throw err
     }
-    send(ctx, res, 200, { version: result.version, [op === 'PortcullisPolicyAdd' ? 'added' : 'removed']: result.changed, notified: result.notified })
+    send(ctx, res, on, 200, { version: result.version, [op === 'PortcullisPolicyAdd' ? 'added' : 'removed']: result.changed, notified: result.notified })
   }
 }

@@ -63,20 +63,6 @@ export interface RequestContext {
   error?: GatewayError
   /** Why the request ended early, if it did: `client-closed`, `shutdown`, `upstream-error`. */
   aborted?: string
-  /**
-   * Set by the pipeline: called just before the last byte of an ordinary response is
-   * sent (the audit record is written before the answer completes). Throws to fail.
-   */
-  seal?: () => void
-  /** Set by the pipeline: called when a hijack is established, before the client hears of it. Throws to fail. */
-  established?: () => void
-  /**
-   * Set by the pipeline: called once a streamed answer's head has arrived, when the
-   * request becomes a long stream: what only the check needed is let go.
-   */
-  streaming?: () => void
-  /** Set by the pipeline: waits for the identity's turn to work on the engine's (non-streamed) answer. */
-  answering?: () => Promise<void>
 }
 
 export function newContext (listener: string, remote: string, method: string, url: string): RequestContext {

@@ -23,3 +23,22 @@ export type BodyFilter = (source: AsyncIterable<Buffer>) => AsyncIterable<Buffer
 
 /** An answer the gateway gives itself, in the engine's shape; nothing is forwarded. */
 export interface LocalAnswer { readonly status: number, readonly body: unknown }
+
+/**
+ * What forward, hijack and the gateway's own answers tell the pipeline about an answer,
+ * at the moment it happens: the one callback they are called with (pipeline.ts
+ * answerEvents), in place of anything stored on the request.
+ * - `answering`: the engine's head arrived, for an answer the gateway reads before it
+ *   sends it: resolves when the identity has its turn to work on it again.
+ * - `streaming`: the engine's head arrived, for a streamed answer (logs -f, events, a
+ *   pull): the request is a long stream from now on.
+ * - `established`: a hijacked session is established, before the client hears of it.
+ *   Throws to end the session before it starts (its audit record could not be written).
+ * - `finished`: the answer is complete but for its last byte, which goes out only after
+ *   this returns. Throws to cut the answer short (its audit record could not be written).
+ */
+export type AnswerEvent = 'answering' | 'streaming' | 'established' | 'finished'
+export interface AnswerEvents {
+  (event: 'answering'): Promise<void>
+  (event: 'streaming' | 'established' | 'finished'): void
+}

@@ -13,24 +13,11 @@ import type { RequestContext } from './context'
 import { counter, declaredLength } from './streams'
 import { GatewayError } from '../api/errors'
 import { endToEnd, type HeaderMap } from './headers'
-import { upstreamError, type Upstream } from './upstream'
-import type { BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
+import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
+import type { AnswerEvents, BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
 import { decodeJson, encodeBody } from '../api/body/decode'
 
-/** Request headers the gateway consumes and never passes on. */
-export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
-
-export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext, upstream: Upstream): HeaderMap {
-  const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
-  if (upstream.host) headers.host = upstream.host
-  for (const [k, v] of Object.entries(ctx.upstreamHeaders ?? {})) headers[k] = v
-  if (ctx.body) headers['content-length'] = String(ctx.body.length)
-  // A filtered body has a length of its own: sent chunked.
-  else if (req.headers['content-length'] !== undefined && hasBody(req) && !ctx.bodyFilter) headers['content-length'] = req.headers['content-length']
-  return headers
-}
-
-export async function forward (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream): Promise<void> {
+export async function forward (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream, on: AnswerEvents): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('forward before routing')
   const abort = new AbortController()
@@ -75,12 +62,12 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   ctx.status = answer.statusCode
   // The engine has what it was sent: a stream (logs -f, events, a pull) goes on without it;
   // any other answer is the gateway's work again, in the identity's turn.
-  if (target.operation.streams) ctx.streaming?.()
-  else await ctx.answering?.()
+  if (target.operation.streams) on('streaming')
+  else await on('answering')
 
   if (ctx.respond && answer.statusCode >= 200 && answer.statusCode < 300 && req.method !== 'HEAD') {
     try {
-      await respondFiltered(ctx, ctx.respond, answer, res, abort)
+      await respondFiltered(ctx, ctx.respond, answer, res, abort, on)
     } finally {
       ctx.upstreamMs = performance.now() - sent
       res.off('close', onClientGone)
@@ -93,7 +80,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   // whole, recorded, then sent in one write: no stream plumbing per request.
   if (!target.operation.streams && length !== undefined && length <= SMALL_ANSWER && req.method !== 'HEAD') {
     try {
-      await respondWhole(ctx, answer, length, res)
+      await respondWhole(ctx, answer, length, res, on)
     } catch (err) {
       if (abort.signal.aborted) return
       // Nothing has been sent yet: the client gets an error instead of a cut answer.
@@ -107,7 +94,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   // An answer without a body is complete with its head: record it before the head.
   if (req.method === 'HEAD' || answer.statusCode === 204 || answer.statusCode === 304 || length === 0) {
     try {
-      ctx.seal?.()
+      on('finished')
     } catch (err) {
       answer.body.destroy()
       throw err
@@ -126,11 +113,11 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
       // the answer (listeners run in the order added), cut if it cannot be recorded.
       answer.body.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
       answer.body.once('end', () => {
-        try { ctx.seal?.() } catch { res.destroy() }
+        try { on('finished') } catch { res.destroy() }
       })
       await pipeline(answer.body, res)
     } else {
-      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.(), length), res)
+      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => on('finished'), length), res)
     }
   } catch (err) {
     if (!abort.signal.aborted) {
@@ -155,11 +142,11 @@ async function * filtered (filter: BodyFilter, source: AsyncIterable<Buffer>, re
 }
 
 /** The gateway's own answer in the engine's shape (JSON), recorded before it is sent. */
-export function answerLocally (ctx: RequestContext, answer: LocalAnswer, res: ServerResponse): void {
+export function answerLocally (ctx: RequestContext, answer: LocalAnswer, res: ServerResponse, on: AnswerEvents): void {
   const body = Buffer.from(JSON.stringify(answer.body) + '\n')
   ctx.status = answer.status
   ctx.bytesOut = body.length
-  ctx.seal?.()
+  on('finished')
   res.writeHead(answer.status, { 'content-type': 'application/json', 'content-length': String(body.length) })
   res.end(body)
 }
@@ -169,11 +156,11 @@ const SMALL_ANSWER = 256 * 1024
 
 type Answer = Awaited<ReturnType<Upstream['pool']['request']>>
 
-async function respondWhole (ctx: RequestContext, answer: Answer, length: number, res: ServerResponse): Promise<void> {
+async function respondWhole (ctx: RequestContext, answer: Answer, length: number, res: ServerResponse, on: AnswerEvents): Promise<void> {
   const body = length === 0 ? EMPTY : Buffer.from(await answer.body.arrayBuffer())
   if (body.length !== length) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} ended after ${body.length} of ${length} bytes`)
   ctx.bytesOut = body.length
-  ctx.seal?.()
+  on('finished')
   // The engine's own Date header is passed on; Node must not add a second one.
   res.sendDate = false
   res.writeHead(answer.statusCode, endToEnd(answer.headers))
@@ -240,7 +227,7 @@ const LONG_DIGITS = /[0-9]{16}/
  * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
  * stream of JSON texts (events) passed record by record, each kept or dropped in order.
  */
-async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController): Promise<void> {
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController, on: AnswerEvents): Promise<void> {
   const headers = narrowedHeaders(answer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
@@ -253,7 +240,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
     }
     const out = await narrowJson(Buffer.concat(chunks), filter, ctx.target?.operation.id ?? '')
     ctx.bytesOut = out.length
-    ctx.seal?.()
+    on('finished')
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
     res.end(out)
     return
@@ -261,7 +248,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
   try {
-    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep), counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.()), res)
+    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep), counter((n) => { ctx.bytesOut += n }, () => on('finished')), res)
   } catch {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

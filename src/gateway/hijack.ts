@@ -15,11 +15,11 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Duplex } from 'node:stream'
 import type { Socket } from 'node:net'
 import type { RequestContext } from './context'
+import type { AnswerEvents } from './exchange'
 import { counter, declaredLength } from './streams'
 import { GatewayError, renderError } from '../api/errors'
 import { endToEnd, serializeHead, type HeaderMap } from './headers'
-import { upstreamRequestHeaders } from './forward'
-import { upstreamError, type Upstream } from './upstream'
+import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
 
 /** The client side of a hijack: either a socket handed over by Node's `upgrade` event, or an ordinary request/response pair. */
 export type HijackClient =
@@ -102,7 +102,7 @@ function takeOver (socket: Socket, onData: (chunk: Buffer) => void, onEnd: () =>
   socket.resume()
 }
 
-export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void): Promise<void> {
+export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void, on: AnswerEvents): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('hijack before routing')
   const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: ctx.upstreamUrl ?? target.rawUrl, headers: upgradeHeaders(client.req, ctx, upstream) })
@@ -134,7 +134,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       ctx.status = res.statusCode
       ctx.hijack = client.form
       try {
-        ctx.established?.()
+        on('established')
       } catch (err) {
         // Nothing has reached the client yet: end the session before it starts.
         engine.destroy()
@@ -185,10 +185,10 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       const headers = endToEnd(res.headersDistinct)
       const length = declaredLength(res.headers)
       if (length === 0 || res.statusCode === 204 || res.statusCode === 304) {
-        try { ctx.seal?.() } catch (err) { settle(err); res.destroy(); return }
+        try { on('finished') } catch (err) { settle(err); res.destroy(); return }
       }
-      const body = res.pipe(counter((n) => { ctx.bytesOut += n }, () => ctx.seal?.(), length))
-      // A failed seal (the audit record could not be written) cuts the answer short.
+      const body = res.pipe(counter((n) => { ctx.bytesOut += n }, () => on('finished'), length))
+      // A `finished` that throws (the audit record could not be written) cuts the answer short.
       body.once('error', () => { (client.form === 'upgrade' ? client.socket : client.res).destroy(); settle() })
       if (client.form === 'upgrade') {
         headers.connection = 'close'

@@ -39,7 +39,8 @@ import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
 import { execInfo, type Upstream } from './upstream'
 import { encodeBody } from '../api/body/decode'
-import type { Tenancy } from './tenancy'
+import { TenancyRefusal, type Tenancy } from './tenancy'
+import type { AnswerEvent, AnswerEvents } from './exchange'
 import type { PolicyAdmin } from './admin'
 
 export interface GatewayDeps {
@@ -133,10 +134,12 @@ function shareOf (ctx: RequestContext): string {
  */
 async function takeTurn (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
   ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
-  ctx.answering = async () => {
-    if (ctx.turn?.held) ctx.turn.answered()
-    else ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity!.tenant)
-  }
+}
+
+/** The engine's answer is the gateway's work again: in the identity's turn (kept, or taken anew if it lapsed). */
+async function turnForAnswer (deps: GatewayDeps, ctx: RequestContext): Promise<void> {
+  if (ctx.turn?.held) ctx.turn.answered()
+  else if (ctx.identity) ctx.turn = await deps.turns.take(shareOf(ctx), ctx.identity.tenant)
 }
 
 /** How the body of `op` is read: its cap and the budget it is charged to. */
@@ -228,15 +231,13 @@ async function inspectNow (deps: GatewayDeps, ctx: RequestContext, req: Incoming
  * refusal is recorded as a denial by the tenancy rule that made it.
  */
 async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, policy: Policy): Promise<unknown> {
-  let scoped
-  try {
-    const clientAuth = req.headers['x-registry-auth']
-    scoped = await deps.tenancy.scope(ctx.identity!, ctx.target!, ctx.decodedBody, policy.tenancy, typeof clientAuth === 'string' ? clientAuth : undefined)
-  } catch (err) {
-    deniedByTenancy(ctx, err)
-    throw err
+  const clientAuth = req.headers['x-registry-auth']
+  const scoped = await deps.tenancy.scope(ctx.identity!, ctx.target!, ctx.decodedBody, policy.tenancy, typeof clientAuth === 'string' ? clientAuth : undefined)
+  if (scoped.decision === 'unscoped') return ctx.decodedBody
+  if (scoped.decision === 'refused') {
+    deniedByTenancy(ctx, scoped.rule)
+    throw scoped.error
   }
-  if (!scoped) return ctx.decodedBody
   if (scoped.url) ctx.upstreamUrl = scoped.url
   const headers: Record<string, string> = { ...scoped.setHeaders }
   if (scoped.body !== undefined) {
@@ -255,14 +256,13 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
 }
 
 /** A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as a denial by its rule. */
-function deniedByTenancy (ctx: RequestContext, err: unknown): void {
-  const rule = (err as { tenancyRule?: string }).tenancyRule
-  if (rule && ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
+function deniedByTenancy (ctx: RequestContext, rule: string): void {
+  if (ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
 }
 
 /**
  * Write the audit record for `ctx`. The request record goes out before the answer
- * completes (forward/hijack call `ctx.seal` before the last byte; errors are recorded
+ * completes (forward/hijack send `finished` before the last byte; errors are recorded
  * before they are sent); a hijacked session gets a record when it is established and
  * one when it ends. With audit.onFailure: closed a failed write throws AUDIT_UNAVAILABLE.
  */
@@ -291,22 +291,33 @@ async function sessionExit (deps: GatewayDeps, ctx: RequestContext): Promise<voi
   }
 }
 
-/** The hooks forward() and hijack() call at the moments the audit trail needs. */
-function recordHooks (deps: GatewayDeps, ctx: RequestContext): () => void {
+/**
+ * The one callback forward(), hijack() and the gateway's own answers are called with
+ * (exchange.ts AnswerEvents): the request's audit record when its answer is finished, a
+ * session's first record when it is established, letting go once it is a long stream,
+ * the identity's turn for an answer the gateway reads. `ended` closes what it opened.
+ */
+function answerEvents (deps: GatewayDeps, ctx: RequestContext): { on: AnswerEvents, ended: () => void } {
   let closeSession: (() => void) | null = null
-  ctx.seal = () => {
-    if (ctx.audited) return
-    ctx.audited = 'request'
-    audit(deps, ctx, 'request')
+  function on (event: 'answering'): Promise<void>
+  function on (event: 'streaming' | 'established' | 'finished'): void
+  function on (event: AnswerEvent): void | Promise<void> {
+    switch (event) {
+      case 'answering': return turnForAnswer(deps, ctx)
+      case 'streaming': letGo(deps, ctx); return
+      case 'established':
+        audit(deps, ctx, 'session.start')
+        ctx.audited = 'session'
+        closeSession = deps.metrics.sessionOpened(ctx.listener)
+        letGo(deps, ctx)
+        return
+      case 'finished':
+        if (ctx.audited) return
+        ctx.audited = 'request'
+        audit(deps, ctx, 'request')
+    }
   }
-  ctx.established = () => {
-    audit(deps, ctx, 'session.start')
-    ctx.audited = 'session'
-    closeSession = deps.metrics.sessionOpened(ctx.listener)
-    letGo(deps, ctx)
-  }
-  ctx.streaming = () => { letGo(deps, ctx) }
-  return () => { closeSession?.() }
+  return { on, ended: () => { closeSession?.() } }
 }
 
 /** How much of a refused upload is read and dropped before the refusal is sent. */
@@ -406,15 +417,15 @@ function fail (ctx: RequestContext, err: unknown): GatewayError {
  * to do; otherwise say how it goes on. The decoded body lives in this frame only: the
  * long awaits that follow (a stream, a session) must not hold it.
  */
-async function check (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<'answered' | 'hijack' | 'forward'> {
+async function check (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessage, res: ServerResponse, on: AnswerEvents): Promise<'answered' | 'hijack' | 'forward'> {
   const op = ctx.target!.operation
   const body = await inspect(deps, ctx, req)
   if (op.kind === 'policy') {
-    await deps.admin(ctx, body, res)
+    await deps.admin(ctx, body, res, on)
     return 'answered'
   }
   if (ctx.answer) {
-    answerLocally(ctx, ctx.answer, res)
+    answerLocally(ctx, ctx.answer, res, on)
     return 'answered'
   }
   return op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body)) ? 'hijack' : 'forward'
@@ -422,7 +433,7 @@ async function check (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
 
 export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const done = deps.inflight.begin()
-  const ended = recordHooks(deps, ctx)
+  const { on, ended } = answerEvents(deps, ctx)
   // A body refused while it was being read (too large, a shape the decoder refuses, a
   // full budget) is left unread: the refusal goes out at once and the connection closes.
   let reading = false
@@ -433,27 +444,28 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     await takeTurn(deps, ctx)
     await readBody(deps, ctx, req)
     reading = false
-    const next = await check(deps, ctx, req, res)
+    const next = await check(deps, ctx, req, res, on)
     // With the engine now: the turn lapses if the engine takes long over it (turns.ts).
     if (next !== 'answered') ctx.turn?.engineWait()
     if (next === 'hijack') {
       await execCommand(deps, ctx)
-      await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c))
+      await hijack(ctx, { form: 'raw', req, res } satisfies HijackClient, deps.upstream, (c) => deps.inflight.track(c), on)
       await sessionExit(deps, ctx)
     } else if (next === 'answered') {
       // The gateway's own answer (policy admin API, tenancy) is out.
     } else if (op.streams) {
       const untrack = deps.inflight.track(() => { ctx.aborted ??= 'shutdown'; res.destroy() })
       const closed = deps.metrics.streamOpened()
-      try { await forward(ctx, req, res, deps.upstream) } finally { untrack(); closed() }
+      try { await forward(ctx, req, res, deps.upstream, on) } finally { untrack(); closed() }
     } else {
-      await forward(ctx, req, res, deps.upstream)
+      await forward(ctx, req, res, deps.upstream, on)
     }
   } catch (err) {
-    deniedByTenancy(ctx, err)
+    // A body filter's refusal (an upload read as it was forwarded) is tenancy's too.
+    if (err instanceof TenancyRefusal) deniedByTenancy(ctx, err.rule)
     let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
-      try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }
+      try { on('finished') } catch (auditErr) { e = fail(ctx, auditErr) }
       const { status, body, headers } = renderError(e)
       // A refusal made while the upload streams (an archive a tenant may not load): the
       // rest of it is read and dropped first, within bounds, so that a client that writes
@@ -476,7 +488,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
 
 export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
   const done = deps.inflight.begin()
-  const ended = recordHooks(deps, ctx)
+  const { on, ended } = answerEvents(deps, ctx)
   socket.on('error', () => socket.destroy())
   try {
     admit(deps, listener, ctx, req)
@@ -490,11 +502,11 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     await inspect(deps, ctx, req)
     ctx.turn?.engineWait()
     await execCommand(deps, ctx)
-    await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c))
+    await hijack(ctx, { form: 'upgrade', req, socket, rest }, deps.upstream, (c) => deps.inflight.track(c), on)
     await sessionExit(deps, ctx)
   } catch (err) {
     let e = fail(ctx, err)
-    try { ctx.seal?.() } catch (auditErr) { e = fail(ctx, auditErr) }
+    try { on('finished') } catch (auditErr) { e = fail(ctx, auditErr) }
     writeSocketError(socket, e)
   } finally {
     ended()

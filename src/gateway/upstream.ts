@@ -5,12 +5,15 @@
  * delivers an ordinary response (the engine's 404/409 JSON) when the engine declines:
  * undici's upgrade() discards that body.
  */
-import http from 'node:http'
+import http, { type IncomingMessage } from 'node:http'
 import net from 'node:net'
 import https from 'node:https'
 import { Pool } from 'undici'
 import type { UpstreamConfig } from '../config'
 import { GatewayError } from '../api/errors'
+import type { RequestContext } from './context'
+import { hasBody } from './body'
+import { endToEnd, type HeaderMap } from './headers'
 
 export interface Upstream {
   readonly url: string
@@ -124,4 +127,17 @@ export function upstreamError (err: unknown, upstreamUrl: string): GatewayError 
     return new GatewayError('UPSTREAM_TIMEOUT', `the Docker engine at ${upstreamUrl} did not answer in time`, { cause: err })
   }
   return new GatewayError('UPSTREAM_FAILED', `the Docker engine at ${upstreamUrl} failed the request: ${code || 'connection error'}`, { cause: err })
+}
+
+/** Request headers the gateway consumes and never passes on. */
+export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
+
+export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext, upstream: Upstream): HeaderMap {
+  const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
+  if (upstream.host) headers.host = upstream.host
+  for (const [k, v] of Object.entries(ctx.upstreamHeaders ?? {})) headers[k] = v
+  if (ctx.body) headers['content-length'] = String(ctx.body.length)
+  // A filtered body has a length of its own: sent chunked.
+  else if (req.headers['content-length'] !== undefined && hasBody(req) && !ctx.bodyFilter) headers['content-length'] = req.headers['content-length']
+  return headers
 }

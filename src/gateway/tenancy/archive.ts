@@ -38,6 +38,7 @@ import { createGunzip } from 'node:zlib'
 import { decodeBody, encodeBody, isJsonNumber } from '../../api/body/decode'
 import { GatewayError } from '../../api/errors'
 import type { BodyFilter } from './call'
+import { TenancyRefusal } from './refusal'
 
 export interface ArchiveScope {
   /** Checks one of the archive's tags (`team-a/app:1`); throws the refusal. */
@@ -70,8 +71,8 @@ function invalid (message: string): GatewayError {
   return new GatewayError('BODY_INVALID', `invalid image archive: ${message}`)
 }
 
-function unsupported (message: string): GatewayError {
-  return Object.assign(new GatewayError('FORBIDDEN', `image archive refused: ${message} (rule image-archive)`), { tenancyRule: 'image-archive' })
+function unsupported (message: string): TenancyRefusal {
+  return new TenancyRefusal('FORBIDDEN', `image archive refused: ${message} (rule image-archive)`, 'image-archive')
 }
 
 async function * rewrite (source: AsyncIterable<Buffer>, scope: ArchiveScope): AsyncGenerator<Buffer> {

@@ -18,10 +18,10 @@
 import { once } from 'node:events'
 import { PassThrough } from 'node:stream'
 import { DockerfileParser, type Instruction } from 'dockerfile-ast'
-import { GatewayError } from '../../api/errors'
 import { BLOCK, Bytes, cleanName, cstr, decompressed, isZero, padding, parseHeader, parsePax } from './archive'
 import type { BodyFilter } from './call'
 import { mayBeOwnerLabel } from './dockerfile'
+import { refuse } from './refusal'
 
 /** Largest Dockerfile the gateway reads (the engine's own limit is far above any real one). */
 const DOCKERFILE_MAX = 1 << 20
@@ -38,10 +38,6 @@ export interface BuildScope {
 
 export function inspectBuild (scope: BuildScope): BodyFilter {
   return (source) => relay(source, scope)
-}
-
-function refuse (rule: string, message: string): GatewayError {
-  return Object.assign(new GatewayError('FORBIDDEN', `${message} (rule ${rule})`), { tenancyRule: rule })
 }
 
 async function * relay (source: AsyncIterable<Buffer>, scope: BuildScope): AsyncGenerator<Buffer> {

@@ -4,7 +4,6 @@
  * how the answer is to be filtered. Handlers in operations.ts fill it in.
  */
 import type { Operation } from '../../api/catalog/operations'
-import { GatewayError } from '../../api/errors'
 import type { TenancySettings } from '../../policy/tenancy'
 import { isJsonNumber, numberOf } from '../../api/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
@@ -13,6 +12,7 @@ import type { ObjectKind, Resolution, Resolver } from './lookup'
 import type { QuotaStore } from './quota-store'
 import { familiar, parseImageRef } from './images'
 import type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
+import { TenancyRefusal } from './refusal'
 
 export type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 
@@ -91,10 +91,7 @@ export class Call {
   }
 }
 
-/** 403 naming the tenancy rule. */
-export function refuse (rule: string, message: string): GatewayError {
-  return Object.assign(new GatewayError('FORBIDDEN', `${message} (rule ${rule})`), { tenancyRule: rule })
-}
+export { refuse } from './refusal'
 
 /**
  * The engine's own answer for a missing object (as dockerd 20.10 words it): another
@@ -103,7 +100,7 @@ export function refuse (rule: string, message: string): GatewayError {
  * connect's container), is a 404; one inside a body that the engine checks as part of
  * a configuration (links, a service's secrets and configs) is the engine's 400.
  */
-export function missing (kind: ObjectKind, ref: string, opId: string, where: 'path' | 'body' | 'link' | 'endpoint' = 'path'): GatewayError {
+export function missing (kind: ObjectKind, ref: string, opId: string, where: 'path' | 'body' | 'link' | 'endpoint' = 'path'): TenancyRefusal {
   let message: string
   switch (kind) {
     case 'container':
@@ -133,7 +130,7 @@ export function missing (kind: ObjectKind, ref: string, opId: string, where: 'pa
     default: message = `${kind} ${ref} not found`
   }
   // `missing` lets the tenancy stage answer in another engine's words (podman.ts).
-  return Object.assign(new GatewayError(where === 'path' || where === 'endpoint' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message), { tenancyRule: 'tenant-ownership', missing: { kind, ref, opId, where } })
+  return new TenancyRefusal(where === 'path' || where === 'endpoint' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message, 'tenant-ownership', { missing: { kind, ref, opId, where } })
 }
 
 /**

@@ -10,17 +10,27 @@ import type { Identity } from '../authenticate'
 import type { Target } from '../../api/catalog/route'
 import type { TenancySettings } from '../../policy/tenancy'
 import type { PatchOp } from '../../policy/rewrite'
-import { GatewayError } from '../../api/errors'
 import type { Upstream } from '../upstream'
 import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
 import type { Credentials } from '../../config'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
 import type { QuotaStore } from './quota-store'
-import { podmanMissing, type MissingRef } from './podman'
+import { podmanMissing } from './podman'
+import { refuse, TenancyRefusal } from './refusal'
 
 export { QuotaStore } from './quota-store'
+export { TenancyRefusal } from './refusal'
 export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
+
+/**
+ * The tenancy stage's decision: the identity is not scoped (admins), the request is
+ * scoped (and how), or it is refused by a tenancy rule.
+ */
+export type TenancyDecision =
+  | { readonly decision: 'unscoped' }
+  | ({ readonly decision: 'scoped' } & Scoped)
+  | { readonly decision: 'refused', readonly rule: string, readonly error: TenancyRefusal }
 
 export interface Scoped {
   /** The request target to send, when it differs from the one received. */
@@ -56,14 +66,18 @@ export class Tenancy {
     return identity.roles.some((r) => settings.unscopedRoles.includes(r)) ? null : identity.tenant ?? ''
   }
 
-  async scope (identity: Identity, target: Target, body: unknown, settings: TenancySettings, clientRegistryAuth: string | undefined): Promise<Scoped | null> {
+  /**
+   * Scope `target` for `identity`. A refusal by a tenancy rule is the decision returned;
+   * anything else that goes wrong (the engine cannot be asked) is thrown.
+   */
+  async scope (identity: Identity, target: Target, body: unknown, settings: TenancySettings, clientRegistryAuth: string | undefined): Promise<TenancyDecision> {
     const tenant = Tenancy.tenantOf(identity, settings)
-    if (tenant === null) return null
+    if (tenant === null) return { decision: 'unscoped' }
     const op = target.operation
     const handler = handlers[op.id]
-    if (!handler) throw new GatewayError('FORBIDDEN', `${op.id} has no tenant scoping; refused for subject ${identity.subject}`)
+    if (!handler) return refused(refuse('tenant-scoping', `${op.id} has no tenant scoping; refused for subject ${identity.subject}`))
     if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion', 'SystemPingLibpod', 'SystemPingHeadLibpod', 'SystemVersionLibpod'].includes(op.id)) {
-      throw new GatewayError('FORBIDDEN', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`)
+      return refused(refuse('tenant-required', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`))
     }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth, this.quotaStore)
     try {
@@ -71,9 +85,11 @@ export class Tenancy {
     } catch (err) {
       // Refused after a check had already reserved quota: let it go now.
       for (const f of call.settled) f(0)
-      throw await this.asEngineAnswers(err)
+      if (err instanceof TenancyRefusal) return refused(await this.asEngineAnswers(err))
+      throw err
     }
-    const scoped = {
+    const scoped: TenancyDecision = {
+      decision: 'scoped',
       ...(call.paramsChanged || call.queryChanged ? { url: buildUrl(target, call.params, call.queryChanged ? call.query : null) } : {}),
       ...(call.bodyChanged ? { body: call.body } : {}),
       patch: call.patch,
@@ -90,14 +106,18 @@ export class Tenancy {
   }
 
   /** Another tenant's object answers as a missing one, in the words of the engine behind the gateway. */
-  private async asEngineAnswers (err: unknown): Promise<unknown> {
-    const m = (err as { missing?: MissingRef }).missing
+  private async asEngineAnswers (err: TenancyRefusal): Promise<TenancyRefusal> {
+    const m = err.missing
     // (An engine that cannot be asked which it is keeps the answer it had.)
-    if (!m || !(err instanceof GatewayError) || await this.resolver.engine().catch(() => 'docker') !== 'podman') return err
-    return Object.assign(new GatewayError(err.code, err.message, { answer: podmanMissing(m) }), { tenancyRule: (err as { tenancyRule?: string }).tenancyRule })
+    if (!m || await this.resolver.engine().catch(() => 'docker') !== 'podman') return err
+    return new TenancyRefusal(err.code, err.message, err.rule, { answer: podmanMissing(m), missing: m })
   }
 
   close (): void { this.stopWatching() }
+}
+
+function refused (error: TenancyRefusal): TenancyDecision {
+  return { decision: 'refused', rule: error.rule, error }
 }
 
 /** The request target with new path parameters and/or query, in the version the client asked for. */

@@ -10,6 +10,7 @@
  * import, so that the two modules do not load each other).
  */
 import { GatewayError } from '../../api/errors'
+import { TenancyRefusal } from './refusal'
 import { list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { checkQuota, checkVolumeQuota } from './quota'
 import { inNamespace, looksLikeImageId, parseImageRef } from './images'
@@ -305,7 +306,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
   // after trying every kind), and may not make any.
   const noPods: Handler = async (call) => { call.respond = { kind: 'json', transform: () => [] } }
   const noSuchPod: Handler = async (call) => {
-    throw Object.assign(new GatewayError('NOT_FOUND', `no pod with name or ID ${call.params.name} found: no such pod`, { answer: podmanNoPod(call.params.name) }), { tenancyRule: 'libpod-pods' })
+    throw new TenancyRefusal('NOT_FOUND', `no pod with name or ID ${call.params.name} found: no such pod`, 'libpod-pods', { answer: podmanNoPod(call.params.name) })
   }
   const systemEvents: Handler = async (call) => { call.respond = { kind: 'lines', keep: filterEvents(call) } }
 

@@ -11,6 +11,7 @@
  */
 import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../../api/errors'
+import { TenancyRefusal } from './refusal'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { numberOf } from '../../api/body/number'
@@ -154,8 +155,8 @@ async function nameFree (call: Call, kind: 'container' | 'network' | 'service' |
   throw nameTaken(kind, name.replace(/^\//, ''), call.tenant)
 }
 
-function nameTaken (kind: string, name: string, tenant: string): GatewayError {
-  return Object.assign(new GatewayError('CONFLICT', `the ${kind} name "${name}" is already in use on this engine by another tenant or the administrator: ${kind} names are shared by all tenants of one engine, choose another (for example prefixed with your tenant: ${tenant}-${name})`), { tenancyRule: 'tenant-names' })
+function nameTaken (kind: string, name: string, tenant: string): TenancyRefusal {
+  return new TenancyRefusal('CONFLICT', `the ${kind} name "${name}" is already in use on this engine by another tenant or the administrator: ${kind} names are shared by all tenants of one engine, choose another (for example prefixed with your tenant: ${tenant}-${name})`, 'tenant-names')
 }
 
 // ---------------------------------------------------------------------------------
@@ -952,7 +953,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   PluginList: async (call) => { call.respond = { kind: 'json', transform: () => [] } },
   GetPluginPrivileges: denied('no-plugins', NOT_TENANT),
   PluginPull: denied('no-plugins', NOT_TENANT),
-  PluginInspect: async (call) => { throw Object.assign(new GatewayError('NOT_FOUND', `plugin ${JSON.stringify(call.params.name)} not found`), { tenancyRule: 'no-plugins' }) },
+  PluginInspect: async (call) => { throw new TenancyRefusal('NOT_FOUND', `plugin ${JSON.stringify(call.params.name)} not found`, 'no-plugins') },
   PluginDelete: denied('no-plugins', NOT_TENANT),
   PluginEnable: denied('no-plugins', NOT_TENANT),
   PluginDisable: denied('no-plugins', NOT_TENANT),

@@ -12,7 +12,7 @@
  */
 import { optionTokens, tmpfsMount, tmpfsMountTokens } from '../../policy/fields'
 import { quotaFor, type Quota } from '../../policy/tenancy'
-import { GatewayError } from '../../api/errors'
+import { TenancyRefusal } from './refusal'
 import { num, refuse, type Call } from './call'
 import { SWARM_SERVICE_LABEL, type Limits, type Reservation } from './lookup'
 import { QuotaStoreError, type QuotaStore } from './quota-store'
@@ -259,6 +259,6 @@ export async function checkVolumeQuota (call: Call, adding: number): Promise<voi
 }
 
 /** Fail closed: without the other replicas' reservations a quota check cannot hold. */
-function storeUnavailable (call: Call, err: QuotaStoreError): GatewayError {
-  return Object.assign(new GatewayError('QUOTA_STORE_UNAVAILABLE', `${call.op.id} refused for tenant ${call.tenant}: its quota cannot be checked, ${err.message} (rule quota-store)`), { tenancyRule: 'quota-store' })
+function storeUnavailable (call: Call, err: QuotaStoreError): TenancyRefusal {
+  return new TenancyRefusal('QUOTA_STORE_UNAVAILABLE', `${call.op.id} refused for tenant ${call.tenant}: its quota cannot be checked, ${err.message} (rule quota-store)`, 'quota-store', { cause: err })
 }
