@@ -127,7 +127,7 @@ export interface AuditInput {
   readonly durationMs?: number | null
   readonly upstreamMs?: number | null
   readonly error?: { readonly code: string, readonly message: string } | null
-  /** Why the request ended early (`client-closed`, `shutdown`, `upstream-error`). */
+  /** Why the request ended early (`client-closed`, `shutdown`, `upstream-error`, `not-recorded`). */
   readonly aborted?: string | null
   /** For hijacked connections: `upgrade` (101 relayed) or `raw` (200 + raw stream). */
   readonly hijack?: 'upgrade' | 'raw' | null

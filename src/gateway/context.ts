@@ -61,7 +61,7 @@ export interface RequestContext {
   bytesOut: number
   upstreamMs?: number
   error?: GatewayError
-  /** Why the request ended early, if it did: `client-closed`, `shutdown`, `upstream-error`. */
+  /** Why the request ended early, if it did: `client-closed`, `shutdown`, `upstream-error`, `not-recorded` (its audit record could not be written). */
   aborted?: string
 }
 

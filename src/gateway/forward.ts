@@ -10,7 +10,7 @@ import { pipeline } from 'node:stream/promises'
 import { Readable } from 'node:stream'
 import { hasBody, jsonLines } from './body'
 import type { RequestContext } from './context'
-import { counter, declaredLength } from './streams'
+import { counter, declaredLength, finishOnce } from './streams'
 import { GatewayError } from '../api/errors'
 import { endToEnd, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
@@ -28,6 +28,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
     }
   }
   res.once('close', onClientGone)
+  const finish = finishOnce(on, () => { ctx.aborted ??= 'not-recorded' })
 
   let body: Buffer | Readable | undefined
   let refused: { error?: unknown } | undefined
@@ -67,7 +68,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
 
   if (ctx.respond && answer.statusCode >= 200 && answer.statusCode < 300 && req.method !== 'HEAD') {
     try {
-      await respondFiltered(ctx, ctx.respond, answer, res, abort, on)
+      await respondFiltered(ctx, ctx.respond, answer, res, abort, finish)
     } finally {
       ctx.upstreamMs = performance.now() - sent
       res.off('close', onClientGone)
@@ -79,22 +80,29 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   // A small answer of declared length (ping, version, inspect, most lists) is read
   // whole, recorded, then sent in one write: no stream plumbing per request.
   if (!target.operation.streams && length !== undefined && length <= SMALL_ANSWER && req.method !== 'HEAD') {
+    let whole: Buffer
     try {
-      await respondWhole(ctx, answer, length, res, on)
+      whole = await readWhole(ctx, answer, length)
     } catch (err) {
       if (abort.signal.aborted) return
       // Nothing has been sent yet: the client gets an error instead of a cut answer.
-      throw err instanceof GatewayError || res.headersSent ? err : upstreamError(err, upstream.url)
+      throw err instanceof GatewayError ? err : upstreamError(err, upstream.url)
     } finally {
       ctx.upstreamMs = performance.now() - sent
       res.off('close', onClientGone)
     }
+    ctx.bytesOut = whole.length
+    finish()
+    // The engine's own Date header is passed on; Node must not add a second one.
+    res.sendDate = false
+    res.writeHead(answer.statusCode, endToEnd(answer.headers))
+    res.end(whole)
     return
   }
   // An answer without a body is complete with its head: record it before the head.
   if (req.method === 'HEAD' || answer.statusCode === 204 || answer.statusCode === 304 || length === 0) {
     try {
-      on('finished')
+      finish()
     } catch (err) {
       answer.body.destroy()
       throw err
@@ -113,11 +121,11 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
       // the answer (listeners run in the order added), cut if it cannot be recorded.
       answer.body.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
       answer.body.once('end', () => {
-        try { on('finished') } catch { res.destroy() }
+        try { finish() } catch { res.destroy() }
       })
       await pipeline(answer.body, res)
     } else {
-      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, () => on('finished'), length), res)
+      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish, length), res)
     }
   } catch (err) {
     if (!abort.signal.aborted) {
@@ -156,15 +164,11 @@ const SMALL_ANSWER = 256 * 1024
 
 type Answer = Awaited<ReturnType<Upstream['pool']['request']>>
 
-async function respondWhole (ctx: RequestContext, answer: Answer, length: number, res: ServerResponse, on: AnswerEvents): Promise<void> {
+/** A small answer of declared length, read whole (and checked to be whole). */
+async function readWhole (ctx: RequestContext, answer: Answer, length: number): Promise<Buffer> {
   const body = length === 0 ? EMPTY : Buffer.from(await answer.body.arrayBuffer())
   if (body.length !== length) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} ended after ${body.length} of ${length} bytes`)
-  ctx.bytesOut = body.length
-  on('finished')
-  // The engine's own Date header is passed on; Node must not add a second one.
-  res.sendDate = false
-  res.writeHead(answer.statusCode, endToEnd(answer.headers))
-  res.end(body)
+  return body
 }
 
 const EMPTY = Buffer.alloc(0)
@@ -227,7 +231,7 @@ const LONG_DIGITS = /[0-9]{16}/
  * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
  * stream of JSON texts (events) passed record by record, each kept or dropped in order.
  */
-async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController, on: AnswerEvents): Promise<void> {
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController, finish: () => void): Promise<void> {
   const headers = narrowedHeaders(answer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
@@ -240,7 +244,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
     }
     const out = await narrowJson(Buffer.concat(chunks), filter, ctx.target?.operation.id ?? '')
     ctx.bytesOut = out.length
-    on('finished')
+    finish()
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
     res.end(out)
     return
@@ -248,7 +252,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
   try {
-    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep), counter((n) => { ctx.bytesOut += n }, () => on('finished')), res)
+    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep), counter((n) => { ctx.bytesOut += n }, finish), res)
   } catch {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -16,7 +16,7 @@ import type { Duplex } from 'node:stream'
 import type { Socket } from 'node:net'
 import type { RequestContext } from './context'
 import type { AnswerEvents } from './exchange'
-import { counter, declaredLength } from './streams'
+import { counter, declaredLength, finishOnce } from './streams'
 import { GatewayError, renderError } from '../api/errors'
 import { endToEnd, serializeHead, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
@@ -184,10 +184,11 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       ctx.status = res.statusCode
       const headers = endToEnd(res.headersDistinct)
       const length = declaredLength(res.headers)
+      const finish = finishOnce(on, () => { ctx.aborted ??= 'not-recorded' })
       if (length === 0 || res.statusCode === 204 || res.statusCode === 304) {
-        try { on('finished') } catch (err) { settle(err); res.destroy(); return }
+        try { finish() } catch (err) { settle(err); res.destroy(); return }
       }
-      const body = res.pipe(counter((n) => { ctx.bytesOut += n }, () => on('finished'), length))
+      const body = res.pipe(counter((n) => { ctx.bytesOut += n }, finish, length))
       // A `finished` that throws (the audit record could not be written) cuts the answer short.
       body.once('error', () => { (client.form === 'upgrade' ? client.socket : client.res).destroy(); settle() })
       if (client.form === 'upgrade') {

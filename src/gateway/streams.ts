@@ -33,6 +33,26 @@ export function counter (add: (n: number) => void, beforeEnd?: () => void, lengt
   })
 }
 
+/**
+ * The `finished` event of an answer, sent once however many ways its end is seen (a
+ * head-only answer is finished before its head, and its declared length is never
+ * reached). When it throws (the audit record could not be written) the answer is cut:
+ * `cut` records why before the error goes on.
+ */
+export function finishOnce (on: (event: 'finished') => void, cut: () => void): () => void {
+  let sent = false
+  return () => {
+    if (sent) return
+    sent = true
+    try {
+      on('finished')
+    } catch (err) {
+      cut()
+      throw err
+    }
+  }
+}
+
 /** The body length an answer declares, if it declares one. */
 export function declaredLength (headers: Record<string, string | string[] | undefined>): number | undefined {
   const v = headers['content-length']
