@@ -209,6 +209,13 @@ refusedService('a task log driver sending to an address (gelf)', { LogDriver: { 
 refusedService('a task log driver json-file past the cap', { LogDriver: { Name: 'json-file', Options: { 'max-size': '10g' } } }, 'log-max-size')
 refusedServiceUpdate('switching its log driver to syslog', (s) => { s.TaskTemplate.LogDriver = { Name: 'syslog', Options: { 'syslog-address': 'tcp://203.0.113.1:514' } } }, 'log-driver')
 
+// --- The runtime's own settings, and a service's confinement -----------------------------
+// (API 1.43+ and 1.44+ fields: the gateway judges them whatever engine is behind it.)
+refusedCreate('OCI annotations for the runtime (crun reads run.oci.*)', { Annotations: { 'run.oci.keep_original_groups': '1' } }, 'no-annotations', 'v1.43')
+refusedService('a custom seccomp profile that allows every call', { ContainerSpec: { Image: swarmEngine().image, Privileges: { Seccomp: { Mode: 'custom', Profile: Buffer.from('{"defaultAction":"SCMP_ACT_ALLOW"}').toString('base64') } } } }, 'security-options')
+refusedService('tasks as SELinux type spc_t', { ContainerSpec: { Image: swarmEngine().image, Privileges: { SELinuxContext: { Type: 'spc_t' } } } }, 'security-options')
+refusedServiceUpdate('switching to an unconfined seccomp profile', (s) => { s.TaskTemplate.ContainerSpec.Privileges = { Seccomp: { Mode: 'unconfined' } } }, 'security-options')
+
 t.test('swarm update: the swarm\'s default task log driver is the administrator\'s', async (t) => {
   const before = (await swarmDirect('GET', '/swarm')).json
   const spec = structuredClone(before.Spec)

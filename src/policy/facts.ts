@@ -116,6 +116,7 @@ function emptyFacts (): Facts {
     securityOpt: [],
     sysctls: [],
     runtime: '',
+    annotations: [],
     cgroupParent: '',
     volumesFrom: [],
     links: [],
@@ -173,6 +174,7 @@ function hostConfigFacts (f: Facts, hc: Json): void {
   if (Array.isArray(hc.MaskedPaths) || Array.isArray(hc.ReadonlyPaths)) f.securityOpt.push('systempaths=custom')
   f.sysctls = Object.keys(obj(hc.Sysctls))
   f.runtime = str(hc.Runtime)
+  f.annotations = Object.keys(obj(hc.Annotations))
   f.cgroupParent = str(hc.CgroupParent)
   f.volumesFrom = strings(hc.VolumesFrom)
   f.links = strings(hc.Links)
@@ -208,9 +210,15 @@ function serviceFacts (f: Facts, spec: Json): void {
   f.capDrop = strings(cs.CapabilityDrop).map(capability)
   f.sysctls = Object.keys(obj(cs.Sysctls))
   f.user = str(cs.User)
-  if (str(obj(priv.Seccomp).Mode) === 'unconfined') f.securityOpt.push('seccomp=unconfined')
+  // The swarm reads these modes as exact strings (an unknown one fails the task). A
+  // custom seccomp profile (API 1.44+) can allow any system call; an SELinux user, role,
+  // type or level (spc_t) can lift the confinement as --security-opt label=... would.
+  const seccomp = str(obj(priv.Seccomp).Mode)
+  if (seccomp === 'unconfined' || seccomp === 'custom') f.securityOpt.push(`seccomp=${seccomp}`)
   if (str(obj(priv.AppArmor).Mode) === 'disabled') f.securityOpt.push('apparmor=unconfined')
-  if (obj(priv.SELinuxContext).Disable === true) f.securityOpt.push('label=disable')
+  const selinux = obj(priv.SELinuxContext)
+  if (selinux.Disable === true) f.securityOpt.push('label=disable')
+  for (const k of ['User', 'Role', 'Type', 'Level']) if (str(selinux[k])) f.securityOpt.push(`label=${k.toLowerCase()}:${str(selinux[k])}`)
   if (priv.NoNewPrivileges === true) f.securityOpt.push('no-new-privileges=true')
   const networks = arr(task.Networks).map((n) => str(obj(n).Target))
   if (networks.includes('host')) f.namespaces.network = 'host'

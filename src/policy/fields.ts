@@ -48,6 +48,11 @@ export interface Facts {
   /** Sysctl names. */
   sysctls: string[]
   runtime: string
+  /**
+   * Keys of the OCI annotations handed to the runtime (HostConfig.Annotations, API 1.43+;
+   * Podman's `annotations`): crun reads `run.oci.*` ones as settings of the container.
+   */
+  annotations: string[]
   cgroupParent: string
   volumesFrom: string[]
   links: string[]

@@ -108,6 +108,7 @@ function specGeneratorFacts (f: Facts, b: Json): void {
   f.securityOpt = security.map(securityOption)
   f.sysctls = Object.keys(obj(b.sysctl))
   f.runtime = str(b.oci_runtime)
+  f.annotations = Object.keys(obj(b.annotations))
   f.cgroupParent = str(b.cgroup_parent)
   f.volumesFrom = strings(b.volumes_from)
   f.user = str(b.user)
@@ -179,6 +180,7 @@ export function libpodSource (fact: string, op: string): string {
     case 'securityOpt': return 'selinux_opts, apparmor_profile, seccomp_policy, no_new_privileges, mask/unmask, procfs_opts, systemd; --security-opt/--systemd'
     case 'sysctls': return 'sysctl, --sysctl'
     case 'runtime': return 'oci_runtime, --runtime'
+    case 'annotations': return 'annotations, --annotation'
     case 'cgroupParent': return 'cgroup_parent, --cgroup-parent'
     case 'volumesFrom': return 'volumes_from, --volumes-from'
     case 'user': return exec ? 'User, podman exec --user' : 'user, --user'
