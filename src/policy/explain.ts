@@ -41,6 +41,7 @@ type Context = Record<string, unknown>
 interface Clause { matched: string, allowed?: string }
 
 const SERVICE = /^Service(Create|Update)$/
+const START = /^Container(Start|Restart)$/
 
 /** Where each fact comes from: the request field and the docker flag, by operation where they differ. */
 function source (fact: string, op: string): string {
@@ -50,7 +51,8 @@ function source (fact: string, op: string): string {
   const spec = (field: string): string => `TaskTemplate.ContainerSpec.${field}`
   switch (fact) {
     case 'privileged': return op === 'ContainerExec' ? 'Privileged, --privileged' : `${hc('Privileged')}, --privileged`
-    case 'hostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : `${hc('Binds')}/Mounts, -v/--mount`
+    case 'hostPaths':
+    case 'unresolvedHostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : START.test(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as it starts' : `${hc('Binds')}/Mounts, -v/--mount`
     case 'hostVolume': return op === 'VolumeCreate' ? 'DriverOpts, -o' : service ? `${spec('Mounts')} volume options, --mount` : `${hc('Mounts')} volume options, --mount`
     case 'capAdd': return service ? `${spec('CapabilityAdd')}, --cap-add` : `${hc('CapAdd')}, --cap-add`
     case 'capDrop': return service ? `${spec('CapabilityDrop')}, --cap-drop` : `${hc('CapDrop')}, --cap-drop`
@@ -260,7 +262,7 @@ function call (n: Node, c: Context, op: string): Clause[] | null {
   const fns = conditionFunctions
   switch (name) {
     case 'anyOutside':
-      return [{ matched: shown(fact, op, list(values(v).filter((p) => fns.anyOutside([p], arg)))), allowed: `${fact} under ${csv(arg).join(', ')}` }]
+      return [{ matched: shown(fact, op, list(values(v).filter((p) => fns.anyOutside([p], arg)))), allowed: csv(arg).length ? `${fact} under ${csv(arg).join(', ')}` : `${fact}: none` }]
     case 'anyNotIn':
       return [{ matched: shown(fact, op, list(values(v).filter((x) => fns.anyNotIn([x], arg)))), allowed: `${fact} only ${csv(arg).join(', ')}` }]
     case 'anyIn':

@@ -48,6 +48,8 @@ export class Call {
   respond?: ResponseFilter
   bodyFilter?: BodyFilter
   answer?: LocalAnswer
+  /** The full id of a container this request makes the runtime mount (start, restart, libpod init). */
+  starts?: string
 
   constructor (
     readonly op: Operation,
@@ -149,4 +151,15 @@ export async function inOrder<T extends readonly unknown[]> (work: { readonly [K
   const settled = await Promise.allSettled(work)
   for (const s of settled) if (s.status === 'rejected') throw s.reason
   return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as unknown as T
+}
+
+/**
+ * A request that makes the runtime set up a container's mounts: the runtime walks the
+ * bind sources then, not at create, so the pipeline judges them again (recheckBinds).
+ */
+export function starting (inner: Handler, param = 'id'): Handler {
+  return async (call) => {
+    await inner(call)
+    call.starts = call.params[param]
+  }
 }

@@ -11,7 +11,7 @@
  */
 import { GatewayError } from '../../api/errors'
 import { TenancyRefusal } from './refusal'
-import { list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
+import { list, missing, num, refuse, starting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { checkQuota, checkVolumeQuota } from './quota'
 import { inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { catalogued, isPredefinedNetwork, ownerOf, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
@@ -317,13 +317,13 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ContainerInspectLibpod: ownedHidden('container', [CONTAINER_INSPECT]),
     ContainerExistsLibpod: b.owned('container', 'name'),
     ContainerDeleteLibpod: b.owned('container', 'name'),
-    ContainerStartLibpod: b.owned('container', 'name'),
+    ContainerStartLibpod: starting(b.owned('container', 'name'), 'name'),
     ContainerStopLibpod: b.owned('container', 'name'),
-    ContainerRestartLibpod: b.owned('container', 'name'),
+    ContainerRestartLibpod: starting(b.owned('container', 'name'), 'name'),
     ContainerKillLibpod: b.owned('container', 'name'),
     ContainerPauseLibpod: b.owned('container', 'name'),
     ContainerUnpauseLibpod: b.owned('container', 'name'),
-    ContainerInitLibpod: b.owned('container', 'name'),
+    ContainerInitLibpod: starting(b.owned('container', 'name'), 'name'),
     ContainerWaitLibpod: b.owned('container', 'name'),
     ContainerLogsLibpod: b.owned('container', 'name'),
     ContainerTopLibpod: b.owned('container', 'name'),
