@@ -25,6 +25,8 @@ export interface Gateway {
   readonly policy: PolicyStore
   readonly metrics: Metrics
   readonly audit: AuditTrail
+  /** Whether bind sources are walked here (config hostPaths; host-paths.ts). */
+  readonly hostPaths: HostPaths
   /** The metrics listener, when `metrics.listen` is set. */
   readonly metricsServer: MetricsServer | null
   /** Apply what can change without a restart (log level, TLS certificates, keys, the policy); the rest is reported. */
@@ -108,6 +110,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     policy,
     metrics,
     audit,
+    hostPaths,
     metricsServer,
     async reload (next: Config): Promise<void> {
       await policy.reload()
