@@ -4,8 +4,8 @@
  * - shared mode (the gateway sees the engine's filesystem; `auto` decides it here): a
  *   link to /etc, a relative `../../..` link, a path through a link, a dangling link and
  *   a bind Mount through a link are refused by rule host-binds and nothing is created;
- *   a directory that becomes a link after create is refused at start, and at restart,
- *   and the engine does not start it; a genuine directory works (the container reads a
+ *   a directory that becomes a link after create is refused at start, at restart and
+ *   for copies in and out, and the engine does not start it or write through it; a genuine directory works (the container reads a
  *   file put there); a service's bind mount through a link is refused too;
  * - a gateway whose mount namespace hides the engine's DockerRootDir (as in a container
  *   with only the socket mounted) comes out `remote`;
@@ -19,7 +19,7 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, POLICIES, request, startTestGateway, swarmEngine, type RawReply, type TestGateway } from './helpers/gateway'
+import { engine, POLICIES, request, startTestGateway, swarmEngine, tarOf, type RawReply, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
@@ -135,7 +135,14 @@ t.test('shared: a directory swapped for a link after create is refused at start'
     const s = await as(gw, 'POST', `/v1.41/containers/${name}/start`)
     t.equal(s.status, 403, `${why}: start after the swap`)
     t.match(s.json?.message, /ContainerStart denied by policy rule host-binds \(base\.csv\)/)
-    t.match(s.json?.message, /walked again as it starts/)
+    t.match(s.json?.message, /walked again as the engine mounts them/)
+    // dockerd binds the container's mounts on its own host to copy in or out.
+    const put = await request(gw.socket, 'PUT', `/v1.41/containers/${name}/archive?path=/x`, tarOf({ [`pcx-${RUN}`]: 'x' }), { token: TOKEN, contentType: 'application/x-tar' })
+    t.equal(put.status, 403, `${why}: a copy into it`)
+    t.match(put.json?.message, /PutContainerArchive denied by policy rule host-binds/)
+    t.notOk(fs.existsSync(`/etc/pcx-${RUN}`), `${why}: nothing was written through the link`)
+    const get = await as(gw, 'GET', `/v1.41/containers/${name}/archive?path=/x/hostname`)
+    t.equal(get.status, 403, `${why}: a copy out of it`)
     const state = (await direct('GET', `/containers/${r.json.Id}/json`)).json?.State
     t.equal(state?.Running, false, `${why}: not running`)
     t.match(state?.StartedAt, /^0001-01-01/, `${why}: the engine never started it`)

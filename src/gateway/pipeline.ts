@@ -241,9 +241,9 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
     deniedByTenancy(ctx, scoped.rule)
     throw scoped.error
   }
-  if (scoped.starts !== undefined) {
+  if (scoped.remounts !== undefined) {
     try {
-      await recheckBinds(deps, ctx, policy, scoped.starts)
+      await recheckBinds(deps, ctx, policy, scoped.remounts)
     } catch (err) {
       scoped.settled?.(0)
       throw err
@@ -267,9 +267,10 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
 }
 
 /**
- * The runtime walks a container's bind sources when it starts the container, not when
- * the container was created: a directory under an allowed prefix may have become a
- * link since. Before a tenant's start or restart is forwarded, the sources the engine
+ * The engine walks a container's bind sources when it mounts them (the runtime at a
+ * start; dockerd itself for a copy in or out), not when the container was created: a
+ * directory under an allowed prefix may have become a link since. Before a tenant's
+ * start, restart or copy (policy/fields.ts REMOUNTING_OPS) is forwarded, the sources the engine
  * stored (HostConfig.Binds and bind Mounts) are judged again, as they resolve now, by
  * the policy's rules for this operation (host-binds and host-binds-unresolved read them
  * as the start's facts); a denial names the rule. What can still change between this

@@ -14,6 +14,7 @@ import { eval as evaluate, parse } from '@casbin/expression-eval'
 import { Util } from 'casbin'
 import { conditionFunctions } from './functions'
 import { libpodSource } from './libpod-facts'
+import { REMOUNTING_OPS } from './fields'
 
 export interface Reason {
   /** What matched: `hostPaths /etc (HostConfig.Binds/Mounts, -v/--mount)`. Empty: the rule has no condition. */
@@ -41,7 +42,6 @@ type Context = Record<string, unknown>
 interface Clause { matched: string, allowed?: string }
 
 const SERVICE = /^Service(Create|Update)$/
-const START = /^Container(Start|Restart)$/
 
 /** Where each fact comes from: the request field and the docker flag, by operation where they differ. */
 function source (fact: string, op: string): string {
@@ -52,7 +52,7 @@ function source (fact: string, op: string): string {
   switch (fact) {
     case 'privileged': return op === 'ContainerExec' ? 'Privileged, --privileged' : `${hc('Privileged')}, --privileged`
     case 'hostPaths':
-    case 'unresolvedHostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : START.test(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as it starts' : `${hc('Binds')}/Mounts, -v/--mount`
+    case 'unresolvedHostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : REMOUNTING_OPS.has(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as the engine mounts them' : `${hc('Binds')}/Mounts, -v/--mount`
     case 'hostVolume': return op === 'VolumeCreate' ? 'DriverOpts, -o' : service ? `${spec('Mounts')} volume options, --mount` : `${hc('Mounts')} volume options, --mount`
     case 'capAdd': return service ? `${spec('CapabilityAdd')}, --cap-add` : `${hc('CapAdd')}, --cap-add`
     case 'capDrop': return service ? `${spec('CapabilityDrop')}, --cap-drop` : `${hc('CapDrop')}, --cap-drop`

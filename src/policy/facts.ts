@@ -8,7 +8,7 @@
  * `buildInput` is the one place that knows the shape of the policy input.
  */
 import { numberOf } from '../api/body/number'
-import { capability, cleanHostPath, goAtoi, localVolume, logSize, optionTokens, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, type Facts, type HostPathMode, type PolicyInput } from './fields'
+import { capability, cleanHostPath, goAtoi, localVolume, logSize, optionTokens, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
 import { libpodFacts } from './libpod-facts'
 
 export { capability, cleanHostPath, localVolume, resolveHostPath, securityOption, type Facts, type HostPathMode, type Namespaces, type PolicyInput, type Ulimit } from './fields'
@@ -270,19 +270,6 @@ export function buildInput (op: string, kind: string, resource: string, query: U
     case 'ContainerUpdate':
       hostConfigFacts(f, b)
       break
-    // The runtime walks a container's bind sources when it starts, not when it is
-    // created: the gateway judges them again then, with the container's stored
-    // HostConfig as the body (gateway/pipeline.ts recheckBinds).
-    case 'ContainerStart':
-    case 'ContainerRestart':
-    case 'ContainerStartLibpod':
-    case 'ContainerRestartLibpod':
-    case 'ContainerInitLibpod': {
-      const hc = obj(b.HostConfig)
-      f.hostPaths.push(...strings(hc.Binds).map(bindSource).filter((p): p is string => p !== null))
-      mountFacts(f, hc.Mounts)
-      break
-    }
     case 'ContainerExec':
       f.privileged = b.Privileged === true
       f.user = str(b.User)
@@ -309,8 +296,17 @@ export function buildInput (op: string, kind: string, resource: string, query: U
       buildFacts(f, q)
       break
     default:
-      // Podman's own API: its bodies in the same facts (libpod-facts.ts).
-      if (op.endsWith('Libpod')) libpodFacts(op, f, b)
+      // The engine walks a container's bind sources when it mounts them (a start, a
+      // copy), not when it is created: the gateway judges them again then, with the
+      // container's stored HostConfig as the body (gateway/pipeline.ts recheckBinds).
+      if (REMOUNTING_OPS.has(op)) {
+        const hc = obj(b.HostConfig)
+        f.hostPaths.push(...strings(hc.Binds).map(bindSource).filter((p): p is string => p !== null))
+        mountFacts(f, hc.Mounts)
+      } else if (op.endsWith('Libpod')) {
+        // Podman's own API: its bodies in the same facts (libpod-facts.ts).
+        libpodFacts(op, f, b)
+      }
   }
   resolveHostPaths(f, hostPaths)
   return { op, kind, resource, query: q, body, ...f }

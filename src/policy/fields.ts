@@ -126,6 +126,18 @@ export interface PolicyInput extends Facts {
  */
 export type HostPathMode = 'shared' | 'remote'
 
+/**
+ * Operations that make the engine bind a container's mounts again, walking their
+ * sources anew: start, restart (and Podman's init, which has the runtime set up the
+ * mounts), and the archive operations, for which dockerd mounts the container's
+ * volumes and binds on its own host to read or write through them (daemon/archive.go
+ * mountVolumes). The gateway judges the container's stored sources again for them.
+ */
+export const REMOUNTING_OPS: ReadonlySet<string> = new Set([
+  'ContainerStart', 'ContainerRestart', 'ContainerArchiveInfo', 'ContainerArchive', 'PutContainerArchive',
+  'ContainerStartLibpod', 'ContainerRestartLibpod', 'ContainerInitLibpod', 'ContainerArchiveLibpod', 'PutContainerArchiveLibpod',
+])
+
 /** A host path as written, cleaned lexically (`//`, `.`, `..`, a trailing `/`): what a gateway that cannot see the engine's filesystem can judge. */
 export function cleanHostPath (p: string): string {
   const n = path.posix.normalize(p)

@@ -48,8 +48,8 @@ export class Call {
   respond?: ResponseFilter
   bodyFilter?: BodyFilter
   answer?: LocalAnswer
-  /** The full id of a container this request makes the runtime mount (start, restart, libpod init). */
-  starts?: string
+  /** The full id of a container whose bind sources the engine walks again for this request (policy/fields.ts REMOUNTING_OPS). */
+  remounts?: string
 
   constructor (
     readonly op: Operation,
@@ -154,12 +154,13 @@ export async function inOrder<T extends readonly unknown[]> (work: { readonly [K
 }
 
 /**
- * A request that makes the runtime set up a container's mounts: the runtime walks the
- * bind sources then, not at create, so the pipeline judges them again (recheckBinds).
+ * A request that makes the engine mount a container's binds (start, restart, a copy):
+ * it walks their sources then, not at create, so the pipeline judges them again
+ * (pipeline.ts recheckBinds).
  */
-export function starting (inner: Handler, param = 'id'): Handler {
+export function remounting (inner: Handler, param = 'id'): Handler {
   return async (call) => {
     await inner(call)
-    call.starts = call.params[param]
+    call.remounts = call.params[param]
   }
 }

@@ -46,8 +46,8 @@ export interface Scoped {
   readonly answer?: LocalAnswer
   /** Called once the request has been answered or has failed (quota reservations end). */
   readonly settled?: (status: number) => void
-  /** The full id of a container whose mounts the runtime sets up for this request: its bind sources are judged again first. */
-  readonly starts?: string
+  /** The full id of a container whose binds the engine mounts for this request: their sources are judged again first. */
+  readonly remounts?: string
 }
 
 export class Tenancy {
@@ -102,7 +102,7 @@ export class Tenancy {
       ...(call.respond ? { respond: call.respond } : {}),
       ...(call.bodyFilter ? { bodyFilter: call.bodyFilter } : {}),
       ...(call.answer ? { answer: call.answer } : {}),
-      ...(call.starts !== undefined ? { starts: call.starts } : {}),
+      ...(call.remounts !== undefined ? { remounts: call.remounts } : {}),
       ...(call.settled.length > 0 ? { settled: (status: number) => { for (const f of call.settled) f(status) } } : {}),
     }
     // The answer's filters and the settle hook keep `call` for as long as the request
