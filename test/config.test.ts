@@ -143,6 +143,7 @@ t.test('the schema\'s defaults are the ones the hand-written validation gave', a
       { kind: 'tcp', name: 'tcp:127.0.0.1:2375', host: '127.0.0.1', port: 2375 },
     ],
     upstream: { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' },
+    hostPaths: 'auto',
     api: { minVersion: '1.24', maxVersion: '1.56' },
     limits: { jsonBodyBytes: 1048576, bufferedBytes: 268435456 },
     auth: {},
@@ -805,6 +806,13 @@ t.test('api window', async (t) => {
   t.same(bad('{ minVersion: "1.45", maxVersion: "1.44" }'), ['api: minVersion 1.45 is greater than maxVersion 1.44'])
   t.same(bad('{ minVersion: "1.4" }'), ['api.minVersion: expected a version of the form 1.NN (e.g. "1.24"), got "1.4"'])
   t.same(bad('{ maxVersion: "1.57" }'), ['api.maxVersion: must be between 1.24 and 1.56, got 1.57'])
+})
+
+t.test('hostPaths: whether the gateway sees the engine\'s filesystem', async (t) => {
+  t.equal(parseConfig('log:\n', '/p.yaml').hostPaths, 'auto', 'auto by default')
+  for (const v of ['shared', 'remote', 'auto']) t.equal(parseConfig(`hostPaths: ${v}\n`, '/p.yaml').hostPaths, v)
+  t.same(problemsOf(() => parseConfig('hostPaths: local\n', '/p.yaml')), ['hostPaths: expected one of auto, shared, remote, got "local"'])
+  t.equal(describeConfig(parseConfig('hostPaths: remote\n', '/p.yaml'))['hostPaths'], 'remote', 'shown in the start-up line')
 })
 
 t.test('YAML-level problems', async (t) => {

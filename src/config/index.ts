@@ -221,6 +221,7 @@ export function describeConfig (c: Config): JsonObject {
     source: c.source,
     listen: c.listen.map(listenerSummary),
     upstream: { ...upstreamSummary(c.upstream), ...(c.upstreamFrom !== undefined ? { from: c.upstreamFrom } : {}) },
+    hostPaths: c.hostPaths,
     api: { minVersion: c.api.minVersion, maxVersion: c.api.maxVersion },
     limits: { jsonBodyBytes: c.limits.jsonBodyBytes, bufferedBytes: c.limits.bufferedBytes },
   }

@@ -607,6 +607,7 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     listen,
     // Only read when there are no problems, in which case upstream() succeeded.
     upstream: up ?? { kind: 'unix', path: '', url: '' },
+    hostPaths: file.hostPaths,
     api: apiWindow,
     limits: { jsonBodyBytes: file.limits.jsonBodyBytes, bufferedBytes: buffered ?? Math.max(BUFFERED_BYTES_DEFAULT, bufferedMin) },
     auth: { ...(jwtCfg ? { jwt: jwtCfg } : {}), ...(mtlsCfg ? { mtls: mtlsCfg } : {}) },

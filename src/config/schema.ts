@@ -298,6 +298,14 @@ export const Shutdown = Type.Object({
   graceSeconds: Type.Number({ minimum: 0, maximum: 3600, default: 10 }),
 }, closed({ default: {} }))
 
+/**
+ * Whether the gateway sees the engine's filesystem, so that it can follow the symlinks
+ * in bind sources as the engine's runtime will: `shared` (it does), `remote` (it does
+ * not: another machine, or a container with only the socket mounted), `auto` (shared
+ * when the upstream is a unix socket and the engine's DockerRootDir is a directory here).
+ */
+export const HOST_PATH_MODES = ['auto', 'shared', 'remote'] as const
+
 /** The whole file. */
 export const ConfigFile = Type.Object({
   listen: Type.Array(Listener, {
@@ -307,6 +315,7 @@ export const ConfigFile = Type.Object({
     messages: { minItems: 'expected a non-empty list of listeners, got an empty list' },
   }),
   upstream: Type.Optional(Upstream),
+  hostPaths: OneOf(HOST_PATH_MODES, { default: 'auto' }),
   api: Api,
   limits: Limits,
   auth: Auth,

@@ -94,6 +94,8 @@ export interface Config {
   upstreamFrom?: UpstreamSource
   listen: ListenerConfig[]
   upstream: UpstreamConfig
+  /** Whether the engine's filesystem is the gateway's (schema.ts HOST_PATH_MODES; `auto` is decided at start and on reconnect). */
+  hostPaths: typeof S.HOST_PATH_MODES[number]
   api: { minVersion: string, maxVersion: string }
   limits: { jsonBodyBytes: number, bufferedBytes: number }
   auth: AuthConfig

@@ -16,6 +16,7 @@ import { Metrics } from '../metrics'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
 import { QuotaStore, Tenancy } from './tenancy'
 import { policyAdmin } from './admin'
+import { HostPaths } from './host-paths'
 
 export interface Gateway {
   readonly listeners: readonly Listening[]
@@ -24,6 +25,8 @@ export interface Gateway {
   readonly policy: PolicyStore
   readonly metrics: Metrics
   readonly audit: AuditTrail
+  /** Whether bind sources are walked here (config hostPaths; host-paths.ts). */
+  readonly hostPaths: HostPaths
   /** The metrics listener, when `metrics.listen` is set. */
   readonly metricsServer: MetricsServer | null
   /** Apply what can change without a restart (log level, TLS certificates, keys, the policy); the rest is reported. */
@@ -63,12 +66,15 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   const audit = AuditTrail.open(config.audit, log)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
-  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, quotaStore)
+  // Whether bind sources can be walked here as the engine's runtime will walk them.
+  const hostPaths = new HostPaths(config.hostPaths, config.upstream.kind === 'unix', upstream, log)
+  await hostPaths.detect()
+  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, quotaStore, () => { void hostPaths.detect() })
   const budget = new BodyBudget(config.limits.bufferedBytes, config.limits.jsonBodyBytes, {
     held: (bytes) => { metrics.bodyMemory(bytes) },
     refused: (scope, tenant) => { metrics.bodyRefused(scope, tenant) },
   })
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, metrics, audit, tenancy, admin: policyAdmin(policy) }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, hostPaths: () => hostPaths.mode, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
@@ -91,7 +97,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       ...(policy.database && !policy.database.healthy ? { detail: { policyDatabase: policy.database.lastError ?? `${policy.database.where} unreachable` } } : {}),
     }), log)
     : null
-  log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address), policyVersion: policy.current.version }, 'portcullis started')
+  log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address), policyVersion: policy.current.version, hostPaths: hostPaths.describe() }, 'portcullis started')
   for (const l of config.listen) {
     if (acceptedCredentials(config.auth, l).length === 0) log.warn({ listener: l.name }, 'this listener accepts no credentials and refuses every request (401): configure auth.jwt, or give it a client CA, an identity or anonymous: true')
   }
@@ -104,6 +110,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     policy,
     metrics,
     audit,
+    hostPaths,
     metricsServer,
     async reload (next: Config): Promise<void> {
       await policy.reload()
@@ -123,7 +130,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       }
       const before = describeConfig(current)
       const after = describeConfig(next)
-      const restartNeeded = ['listen', 'upstream', 'api', 'limits', 'policy'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
+      const restartNeeded = ['listen', 'upstream', 'hostPaths', 'api', 'limits', 'policy'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
       if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
       current = { ...current, log: next.log, auth: next.auth, registries: next.registries }
       log.info('configuration reloaded')

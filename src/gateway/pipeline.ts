@@ -22,6 +22,7 @@ import type { Logger } from 'pino'
 import type { ListenerConfig } from '../config'
 import { authorize, denialMessage } from '../policy/authorize'
 import type { Policy } from '../policy/engine'
+import type { HostPathMode } from '../policy/facts'
 import type { AuditTrail } from '../audit'
 import { inputFromContext } from './audit-input'
 import { recordNeeds } from '../audit/record'
@@ -37,7 +38,7 @@ import { GatewayError, isGatewayError, renderError, toGatewayError } from '../ap
 import { answerLocally, forward } from './forward'
 import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
-import { execInfo, type Upstream } from './upstream'
+import { engineJson, execInfo, type Upstream } from './upstream'
 import { encodeBody } from '../api/body/decode'
 import { TenancyRefusal, type Tenancy } from './tenancy'
 import type { AnswerEvent, AnswerEvents } from './exchange'
@@ -57,6 +58,8 @@ export interface GatewayDeps {
   readonly authenticate: (req: IncomingMessage, listener: ListenerConfig) => Identity
   /** The policy in force now (swapped atomically on reload). */
   readonly policy: () => Policy
+  /** Whether bind sources can be walked on this filesystem now (host-paths.ts). */
+  readonly hostPaths: () => HostPathMode
   readonly metrics: Metrics
   readonly audit: AuditTrail
   readonly tenancy: Tenancy
@@ -204,7 +207,7 @@ async function inspectNow (deps: GatewayDeps, ctx: RequestContext, req: Incoming
   const policy = deps.policy()
   let result
   try {
-    result = await authorize(policy, identity, target, ctx.body)
+    result = await authorize(policy, identity, target, ctx.body, deps.hostPaths())
   } catch (err) {
     if (isGatewayError(err)) throw err
     throw new GatewayError('POLICY_FAILED', `policy evaluation failed for ${target.operation.id}`, { cause: err })
@@ -238,6 +241,14 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
     deniedByTenancy(ctx, scoped.rule)
     throw scoped.error
   }
+  if (scoped.remounts !== undefined) {
+    try {
+      await recheckBinds(deps, ctx, policy, scoped.remounts)
+    } catch (err) {
+      scoped.settled?.(0)
+      throw err
+    }
+  }
   if (scoped.url) ctx.upstreamUrl = scoped.url
   const headers: Record<string, string> = { ...scoped.setHeaders }
   if (scoped.body !== undefined) {
@@ -253,6 +264,37 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   if (scoped.answer) ctx.answer = scoped.answer
   if (scoped.settled) ctx.settled = scoped.settled
   return ctx.decodedBody
+}
+
+/**
+ * The engine walks a container's bind sources when it mounts them (the runtime at a
+ * start; dockerd itself for a copy in or out), not when the container was created: a
+ * directory under an allowed prefix may have become a link since. Before a tenant's
+ * start, restart or copy (policy/fields.ts REMOUNTING_OPS) is forwarded, the sources the engine
+ * stored (HostConfig.Binds and bind Mounts) are judged again, as they resolve now, by
+ * the policy's rules for this operation (host-binds and host-binds-unresolved read them
+ * as the start's facts); a denial names the rule. What can still change between this
+ * walk and the runtime's is in the README (Policy: host paths).
+ */
+async function recheckBinds (deps: GatewayDeps, ctx: RequestContext, policy: Policy, id: string): Promise<void> {
+  const res = await engineJson(deps.upstream, 'GET', `/containers/${encodeURIComponent(id)}/json`)
+  // Gone meanwhile: the engine answers the start itself.
+  if (res.status === 404) return
+  if (res.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `cannot read the container's mounts to judge them again: the engine answered ${res.status}`)
+  const hc = (res.body as { HostConfig?: { Binds?: unknown, Mounts?: unknown } } | null)?.HostConfig ?? {}
+  const target = ctx.target!
+  const evaluation = await policy.evaluate(ctx.identity!, {
+    op: target.operation.id,
+    kind: target.operation.kind,
+    resource: id,
+    query: new URLSearchParams(),
+    body: { HostConfig: { Binds: hc.Binds ?? [], Mounts: hc.Mounts ?? [] } },
+    hostPaths: deps.hostPaths(),
+  })
+  if (evaluation.decision.decision !== 'deny') return
+  ctx.decision = evaluation.decision
+  ctx.facts = evaluation.input
+  throw new GatewayError('FORBIDDEN', await denialMessage(policy, ctx.identity!, target, evaluation))
 }
 
 /** A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as a denial by its rule. */

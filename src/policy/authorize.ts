@@ -7,6 +7,7 @@
 import type { Target } from '../api/catalog/route'
 import { decodeBody, encodeBody } from '../api/body/decode'
 import type { Evaluation, LayerTrace, Policy, Principal, RuleRef } from './engine'
+import type { HostPathMode } from './facts'
 import { describeReason } from './explain'
 
 export interface Authorization {
@@ -15,7 +16,8 @@ export interface Authorization {
   readonly body: Buffer | undefined
 }
 
-export async function authorize (policy: Policy, who: Principal, target: Target, raw: Buffer | undefined): Promise<Authorization> {
+/** `hostPaths`: whether the engine's filesystem is this one (facts.ts HostPathMode; the gateway detects it). */
+export async function authorize (policy: Policy, who: Principal, target: Target, raw: Buffer | undefined, hostPaths: HostPathMode = 'shared'): Promise<Authorization> {
   const op = target.operation
   const decoded = raw?.length ? decodeBody(op.id, raw) : undefined
   const evaluation = await policy.evaluate(who, {
@@ -24,6 +26,7 @@ export async function authorize (policy: Policy, who: Principal, target: Target,
     resource: target.resource ?? '',
     query: target.query,
     body: decoded?.value,
+    hostPaths,
   })
   // Encoded when first asked for: a denied request never is.
   let body: Buffer | undefined

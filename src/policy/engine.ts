@@ -29,7 +29,7 @@ import { newEnforcer, newModel, StringAdapter, Util, type Enforcer } from 'casbi
 import { parse as parseYaml } from 'yaml'
 import { operations, type Operation } from '../api/catalog/operations'
 import { explain, type Reason } from './explain'
-import { buildInput, type PolicyInput } from './facts'
+import { buildInput, type HostPathMode, type PolicyInput } from './facts'
 import { conditionFunctions } from './functions'
 import { compileTenancy, DEFAULT_TENANCY, type TenancySettings } from './tenancy'
 import { compileRewrites, type AppliedRewrite, type RewriteRule, applyRewrites } from './rewrite'
@@ -84,6 +84,17 @@ export interface LayerTrace {
   readonly deniedBy: readonly RuleMatch[]
 }
 
+/** What `evaluate` judges: the operation, its target and query, the decoded body. */
+export interface EvaluationRequest {
+  op: string
+  kind: string
+  resource: string
+  query: URLSearchParams
+  body: unknown
+  /** Whether host paths can be followed on this filesystem (default `shared`: the tools run on the engine's host). */
+  hostPaths?: HostPathMode
+}
+
 export interface Policy {
   readonly dir: string
   /** sha256 over every file the policy was compiled from, and the database's lines when they form the enforce set (first 12 hex digits). */
@@ -100,7 +111,7 @@ export interface Policy {
    * everything). Logged at start-up and on reload, printed by the policy tools.
    */
   readonly warnings: readonly string[]
-  evaluate (who: Principal, request: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation>
+  evaluate (who: Principal, request: EvaluationRequest): Promise<Evaluation>
   /**
    * Every rule of every layer that applies to a request with these facts (as
    * `evaluate` produced them), with the reasons of the denying ones. For the tools and
@@ -524,11 +535,11 @@ export async function loadPolicy (dir: string, given?: LineSource): Promise<Poli
       for (const set of [...enforcing, ...auditing]) out.push(applying(set, await principals(set, who, dom), dom, op, kind, input))
       return out
     },
-    async evaluate (who: Principal, req: { op: string, kind: string, resource: string, query: URLSearchParams, body: unknown }): Promise<Evaluation> {
+    async evaluate (who: Principal, req: EvaluationRequest): Promise<Evaluation> {
       const dom = who.tenant ?? ''
       const roles = await principals(enforcing[0], who, dom)
       const { body, applied } = applyRewrites(rewrites, req.op, roles, who, req.body)
-      const input = buildInput(req.op, req.kind, req.resource, req.query, body)
+      const input = buildInput(req.op, req.kind, req.resource, req.query, body, req.hostPaths)
       let allowedBy: RuleRef | null = null
       for (const set of enforcing) {
         const subs = set === enforcing[0] ? roles : await principals(set, who, dom)

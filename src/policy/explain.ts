@@ -14,6 +14,7 @@ import { eval as evaluate, parse } from '@casbin/expression-eval'
 import { Util } from 'casbin'
 import { conditionFunctions } from './functions'
 import { libpodSource } from './libpod-facts'
+import { REMOUNTING_OPS } from './fields'
 
 export interface Reason {
   /** What matched: `hostPaths /etc (HostConfig.Binds/Mounts, -v/--mount)`. Empty: the rule has no condition. */
@@ -50,7 +51,8 @@ function source (fact: string, op: string): string {
   const spec = (field: string): string => `TaskTemplate.ContainerSpec.${field}`
   switch (fact) {
     case 'privileged': return op === 'ContainerExec' ? 'Privileged, --privileged' : `${hc('Privileged')}, --privileged`
-    case 'hostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : `${hc('Binds')}/Mounts, -v/--mount`
+    case 'hostPaths':
+    case 'unresolvedHostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : REMOUNTING_OPS.has(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as the engine mounts them' : `${hc('Binds')}/Mounts, -v/--mount`
     case 'hostVolume': return op === 'VolumeCreate' ? 'DriverOpts, -o' : service ? `${spec('Mounts')} volume options, --mount` : `${hc('Mounts')} volume options, --mount`
     case 'capAdd': return service ? `${spec('CapabilityAdd')}, --cap-add` : `${hc('CapAdd')}, --cap-add`
     case 'capDrop': return service ? `${spec('CapabilityDrop')}, --cap-drop` : `${hc('CapDrop')}, --cap-drop`
@@ -261,7 +263,7 @@ function call (n: Node, c: Context, op: string): Clause[] | null {
   const fns = conditionFunctions
   switch (name) {
     case 'anyOutside':
-      return [{ matched: shown(fact, op, list(values(v).filter((p) => fns.anyOutside([p], arg)))), allowed: `${fact} under ${csv(arg).join(', ')}` }]
+      return [{ matched: shown(fact, op, list(values(v).filter((p) => fns.anyOutside([p], arg)))), allowed: csv(arg).length ? `${fact} under ${csv(arg).join(', ')}` : `${fact}: none` }]
     case 'anyNotIn':
       return [{ matched: shown(fact, op, list(values(v).filter((x) => fns.anyNotIn([x], arg)))), allowed: `${fact} only ${csv(arg).join(', ')}` }]
     case 'anyIn':

@@ -8,10 +8,10 @@
  * `buildInput` is the one place that knows the shape of the policy input.
  */
 import { numberOf } from '../api/body/number'
-import { capability, goAtoi, localVolume, logSize, normalizeHostPath, optionTokens, securityOption, tmpfsMount, tmpfsMountTokens, type Facts, type PolicyInput } from './fields'
+import { capability, cleanHostPath, goAtoi, localVolume, logSize, optionTokens, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
 import { libpodFacts } from './libpod-facts'
 
-export { capability, localVolume, normalizeHostPath, securityOption, type Facts, type Namespaces, type PolicyInput, type Ulimit } from './fields'
+export { capability, cleanHostPath, localVolume, resolveHostPath, securityOption, type Facts, type HostPathMode, type Namespaces, type PolicyInput, type Ulimit } from './fields'
 
 type Json = Record<string, unknown>
 
@@ -33,10 +33,10 @@ function strings (v: unknown): string[] {
   return arr(v).filter((x): x is string => typeof x === 'string')
 }
 
-/** `src:dst[:opts]`: the source is a host path when absolute, a volume name otherwise. */
+/** `src:dst[:opts]`: the source is a host path when absolute, a volume name otherwise (resolved with the others in buildInput). */
 function bindSource (bind: string): string | null {
   const src = bind.split(':')[0]
-  return src.startsWith('/') ? normalizeHostPath(src) : null
+  return src.startsWith('/') ? src : null
 }
 
 /**
@@ -70,7 +70,7 @@ function volumeFacts (f: Facts, driver: string, opts: Json): void {
 function mountFacts (f: Facts, mounts: unknown, swarm = false): void {
   for (const m of arr(mounts).map(obj)) {
     const type = swarm ? swarmMountType(m.Type) : str(m.Type)
-    if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(normalizeHostPath(str(m.Source)))
+    if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
     if (type === 'volume') {
       const driver = obj(obj(m.VolumeOptions).DriverConfig)
       volumeFacts(f, str(driver.Name), obj(driver.Options))
@@ -106,6 +106,7 @@ function emptyFacts (): Facts {
   return {
     privileged: false,
     hostPaths: [],
+    unresolvedHostPaths: [],
     hostVolume: false,
     capAdd: [],
     capDrop: [],
@@ -243,10 +244,28 @@ function buildFacts (f: Facts, query: Readonly<Record<string, string>>): void {
 }
 
 /**
+ * The host paths as the policy judges them: in `shared` mode where the runtime's walk
+ * will end on this filesystem (resolveHostPath), in `remote` mode as written (cleaned);
+ * those whose links could not be followed are also unresolvedHostPaths.
+ */
+function resolveHostPaths (f: Facts, mode: HostPathMode): void {
+  const given = [...new Set(f.hostPaths)]
+  f.hostPaths = []
+  for (const p of given) {
+    const real = mode === 'shared' ? resolveHostPath(p) : null
+    f.hostPaths.push(real ?? cleanHostPath(p))
+    if (real === null) f.unresolvedHostPaths.push(cleanHostPath(p))
+  }
+  f.hostPaths = [...new Set(f.hostPaths)]
+  f.unresolvedHostPaths = [...new Set(f.unresolvedHostPaths)]
+}
+
+/**
  * The policy input. Query parameters are given as the engine reads them: Go's
  * `r.Form.Get` takes the first value of a repeated parameter, and so does this.
+ * `hostPaths`: whether host paths can be followed on this filesystem (see HostPathMode).
  */
-export function buildInput (op: string, kind: string, resource: string, query: URLSearchParams, body: unknown): PolicyInput {
+export function buildInput (op: string, kind: string, resource: string, query: URLSearchParams, body: unknown, hostPaths: HostPathMode = 'shared'): PolicyInput {
   const q: Record<string, string> = {}
   for (const [k, v] of query) if (!(k in q)) q[k] = v
   const f = emptyFacts()
@@ -285,9 +304,18 @@ export function buildInput (op: string, kind: string, resource: string, query: U
       buildFacts(f, q)
       break
     default:
-      // Podman's own API: its bodies in the same facts (libpod-facts.ts).
-      if (op.endsWith('Libpod')) libpodFacts(op, f, b)
+      // The engine walks a container's bind sources when it mounts them (a start, a
+      // copy), not when it is created: the gateway judges them again then, with the
+      // container's stored HostConfig as the body (gateway/pipeline.ts recheckBinds).
+      if (REMOUNTING_OPS.has(op)) {
+        const hc = obj(b.HostConfig)
+        f.hostPaths.push(...strings(hc.Binds).map(bindSource).filter((p): p is string => p !== null))
+        mountFacts(f, hc.Mounts)
+      } else if (op.endsWith('Libpod')) {
+        // Podman's own API: its bodies in the same facts (libpod-facts.ts).
+        libpodFacts(op, f, b)
+      }
   }
-  f.hostPaths = [...new Set(f.hostPaths)]
+  resolveHostPaths(f, hostPaths)
   return { op, kind, resource, query: q, body, ...f }
 }

@@ -27,10 +27,17 @@ export interface Facts {
   privileged: boolean
   /**
    * Absolute host paths a container or volume would bind (Binds, bind Mounts, local
-   * volumes with `o=bind`), normalized and, where they exist on this host, with
-   * symlinks resolved as the kernel will follow them.
+   * volumes with `o=bind`). Where the gateway shares the engine's filesystem, each is
+   * where the runtime's walk will end, every symlink followed (resolveHostPath); where
+   * it does not, or the walk cannot be made, it is the path as written, cleaned lexically.
    */
   hostPaths: string[]
+  /**
+   * The host paths among them whose symlinks the gateway could not follow (the engine's
+   * filesystem is not the gateway's, or the walk failed), cleaned lexically: a link
+   * anywhere in one could lead anywhere. Judged by rule `host-binds-unresolved`.
+   */
+  unresolvedHostPaths: string[]
   /** A local-driver volume (created, or declared in a mount) whose options mount something from the host: a bind, a block device, an overlay of host directories. */
   hostVolume: boolean
   /** Capabilities added, upper case without the CAP_ prefix (`ALL` stays `ALL`). */
@@ -118,27 +125,90 @@ export interface PolicyInput extends Facts {
 }
 
 /**
- * Normalize a host path the way the kernel will walk it. Symlinks are resolved where
- * the path (or its longest existing ancestor) exists on this host: a tenant may place
- * a link to `/` inside its own directory. This sees the engine's host only when the
- * gateway runs on it (the usual deployment, next to the socket); a link swapped
- * between this check and the engine's mount is not caught (see README).
+ * Whether the gateway sees the engine's filesystem: `shared` when it does (the gateway
+ * next to the engine's socket), `remote` when it does not (another machine, or a
+ * container with only the socket mounted). Decided by the gateway (gateway/host-paths.ts).
  */
-export function normalizeHostPath (p: string): string {
+export type HostPathMode = 'shared' | 'remote'
+
+/**
+ * Operations that make the engine bind a container's mounts again, walking their
+ * sources anew: start, restart (and Podman's init, which has the runtime set up the
+ * mounts), and the archive operations, for which dockerd mounts the container's
+ * volumes and binds on its own host to read or write through them (daemon/archive.go
+ * mountVolumes). The gateway judges the container's stored sources again for them.
+ */
+export const REMOUNTING_OPS: ReadonlySet<string> = new Set([
+  'ContainerStart', 'ContainerRestart', 'ContainerArchiveInfo', 'ContainerArchive', 'PutContainerArchive',
+  'ContainerStartLibpod', 'ContainerRestartLibpod', 'ContainerInitLibpod', 'ContainerArchiveLibpod', 'PutContainerArchiveLibpod',
+])
+
+/** A host path as written, cleaned lexically (`//`, `.`, `..`, a trailing `/`): what a gateway that cannot see the engine's filesystem can judge. */
+export function cleanHostPath (p: string): string {
   const n = path.posix.normalize(p)
-  const clean = n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n
-  const rest: string[] = []
-  let base = clean
-  for (;;) {
-    try {
-      const real = fs.realpathSync.native(base)
-      return rest.length ? path.posix.join(real, ...rest.reverse()) : real
-    } catch {
-      if (base === '/') return clean
-      rest.push(path.posix.basename(base))
-      base = path.posix.dirname(base)
+  return n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n
+}
+
+/** Linux's limit on symlinks followed in one path walk (MAXSYMLINKS); past it the walk fails with ELOOP. */
+const MAX_LINKS = 40
+
+/**
+ * Where a host path ends when the engine's runtime walks it on this filesystem: each
+ * component in turn, symlinks followed wherever they are (the last component too, and
+ * relative targets from the link's directory), `..` taken from where the walk has got to
+ * (after a symlink, not lexically). A component that does not exist is a directory the
+ * engine will create (dockerd makes a missing `-v` source with MkdirAll, which follows
+ * the same links): the walk goes on through it, so what follows a `..` out of it is
+ * judged where it really is. A dangling link ends at its target.
+ *
+ * Null when the walk cannot be made (a loop of links, a component the gateway may not
+ * read, a file used as a directory): the caller judges such a path as unresolved.
+ */
+export function resolveHostPath (p: string): string | null {
+  const rest = p.split('/').filter((c) => c !== '' && c !== '.').reverse()
+  let at = '/'
+  let links = 0
+  /** The first component that does not exist, while the walk is at or below it. */
+  let missing: string | null = null
+  while (rest.length > 0) {
+    const c = rest.pop()!
+    if (c === '..') {
+      at = path.posix.dirname(at)
+      if (missing !== null && at !== missing && !at.startsWith(`${missing}/`)) missing = null
+      continue
     }
+    const next = at === '/' ? `/${c}` : `${at}/${c}`
+    if (missing !== null) {
+      at = next
+      continue
+    }
+    let stat: fs.Stats
+    try {
+      stat = fs.lstatSync(next)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return null
+      // Created by the engine, empty: nothing below it can be a link yet.
+      missing = next
+      at = next
+      continue
+    }
+    if (stat.isSymbolicLink()) {
+      if (++links > MAX_LINKS) return null
+      let target: string
+      try {
+        target = fs.readlinkSync(next)
+      } catch {
+        return null
+      }
+      if (target.startsWith('/')) at = '/'
+      rest.push(...target.split('/').filter((x) => x !== '' && x !== '.').reverse())
+      continue
+    }
+    // A file or device with more to walk through: the runtime fails (ENOTDIR), nothing to judge.
+    if (!stat.isDirectory() && rest.length > 0) return null
+    at = next
   }
+  return at
 }
 
 export function capability (c: string): string {
@@ -162,6 +232,7 @@ export function securityOption (o: string): string {
  * `type`, `o` and `device` to mount(2): only a tmpfs takes nothing; `o=bind` binds a
  * host directory, `type=ext4 device=/dev/...` a host disk, `type=overlay o=lowerdir=...`
  * host directories. Other drivers are plugins the policy allows or not by name.
+ * `bindPath` is the device as written: the facts resolve it with the other host paths.
  */
 export function localVolume (driver: string, opts: Json): { hostAccess: boolean, bindPath: string | null } {
   if (driver !== '' && driver !== 'local') return { hostAccess: false, bindPath: null }
@@ -170,7 +241,7 @@ export function localVolume (driver: string, opts: Json): { hostAccess: boolean,
   const device = str(opts.device)
   const bind = o.includes('bind') || o.includes('rbind') || type === 'none'
   const hostAccess = Object.keys(opts).length > 0 && !(type === 'tmpfs' && !bind && !device.startsWith('/'))
-  return { hostAccess, bindPath: bind && device.startsWith('/') ? normalizeHostPath(device) : null }
+  return { hostAccess, bindPath: bind && device.startsWith('/') ? device : null }
 }
 
 /**

@@ -13,7 +13,7 @@
  * the gateway knows (src/gateway/tenancy/libpod.ts).
  */
 import { numberOf } from '../api/body/number'
-import { capability, localVolume, normalizeHostPath, securityOption, tmpfsMount, type Facts } from './fields'
+import { capability, localVolume, REMOUNTING_OPS, securityOption, tmpfsMount, type Facts } from './fields'
 
 type Json = Record<string, unknown>
 const obj = (v: unknown): Json => (v !== null && typeof v === 'object' && !Array.isArray(v) ? v as Json : {})
@@ -25,10 +25,10 @@ const num = (v: unknown): number => {
   return Number.isFinite(n) ? n : 0
 }
 
-/** A host path a field names (`/src:O` overlay suffixes and `host:container:perms` device forms cut). */
+/** A host path a field names (`/src:O` overlay suffixes and `host:container:perms` device forms cut); resolved with the others in buildInput. */
 function hostPath (p: string): string | null {
   const path = p.split(':')[0]
-  return path.startsWith('/') ? normalizeHostPath(path) : null
+  return path.startsWith('/') ? path : null
 }
 
 /**
@@ -165,7 +165,8 @@ export function libpodSource (fact: string, op: string): string {
   const exec = op === 'ContainerExecLibpod'
   switch (fact) {
     case 'privileged': return exec ? 'Privileged, podman exec --privileged' : 'privileged, --privileged'
-    case 'hostPaths': return op === 'VolumeCreateLibpod' ? 'Options device, -o device=' : 'mounts, overlay_volumes, rootfs, log_configuration.path, conmon_pid_file, seccomp_profile_path, init_path, devices_from, chroot_directories; -v/--mount/--rootfs/--log-opt'
+    case 'hostPaths':
+    case 'unresolvedHostPaths': return REMOUNTING_OPS.has(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as the engine mounts them' : op === 'VolumeCreateLibpod' ? 'Options device, -o device=' : 'mounts, overlay_volumes, rootfs, log_configuration.path, conmon_pid_file, seccomp_profile_path, init_path, devices_from, chroot_directories; -v/--mount/--rootfs/--log-opt'
     case 'hostVolume': return op === 'VolumeCreateLibpod' ? 'Options, -o' : 'mounts other than bind and tmpfs, --mount'
     case 'capAdd': return 'cap_add, --cap-add'
     case 'capDrop': return 'cap_drop, --cap-drop'

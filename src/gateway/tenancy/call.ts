@@ -48,6 +48,8 @@ export class Call {
   respond?: ResponseFilter
   bodyFilter?: BodyFilter
   answer?: LocalAnswer
+  /** The full id of a container whose bind sources the engine walks again for this request (policy/fields.ts REMOUNTING_OPS). */
+  remounts?: string
 
   constructor (
     readonly op: Operation,
@@ -149,4 +151,16 @@ export async function inOrder<T extends readonly unknown[]> (work: { readonly [K
   const settled = await Promise.allSettled(work)
   for (const s of settled) if (s.status === 'rejected') throw s.reason
   return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as unknown as T
+}
+
+/**
+ * A request that makes the engine mount a container's binds (start, restart, a copy):
+ * it walks their sources then, not at create, so the pipeline judges them again
+ * (pipeline.ts recheckBinds).
+ */
+export function remounting (inner: Handler, param = 'id'): Handler {
+  return async (call) => {
+    await inner(call)
+    call.remounts = call.params[param]
+  }
 }

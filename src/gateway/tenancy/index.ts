@@ -46,6 +46,8 @@ export interface Scoped {
   readonly answer?: LocalAnswer
   /** Called once the request has been answered or has failed (quota reservations end). */
   readonly settled?: (status: number) => void
+  /** The full id of a container whose binds the engine mounts for this request: their sources are judged again first. */
+  readonly remounts?: string
 }
 
 export class Tenancy {
@@ -53,10 +55,13 @@ export class Tenancy {
   private readonly resolver: Resolver
   private readonly stopWatching: () => void
 
-  /** `quotaStore`: the replicas' shared quota reservations (with policy.database), else per process. */
-  constructor (upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: QuotaStore | null = null) {
+  /**
+   * `quotaStore`: the replicas' shared quota reservations (with policy.database), else per process.
+   * `onEngineConnected`: called whenever the engine's event stream connects.
+   */
+  constructor (upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: QuotaStore | null = null, onEngineConnected?: () => void) {
     this.resolver = new Resolver(upstream, this.cache)
-    this.stopWatching = watchEvents(upstream, this.cache, log)
+    this.stopWatching = watchEvents(upstream, this.cache, log, undefined, onEngineConnected)
   }
 
   setCredentials (c: Credentials): void { this.credentials = c }
@@ -97,6 +102,7 @@ export class Tenancy {
       ...(call.respond ? { respond: call.respond } : {}),
       ...(call.bodyFilter ? { bodyFilter: call.bodyFilter } : {}),
       ...(call.answer ? { answer: call.answer } : {}),
+      ...(call.remounts !== undefined ? { remounts: call.remounts } : {}),
       ...(call.settled.length > 0 ? { settled: (status: number) => { for (const f of call.settled) f(status) } } : {}),
     }
     // The answer's filters and the settle hook keep `call` for as long as the request

@@ -11,7 +11,7 @@
  */
 import { GatewayError } from '../../api/errors'
 import { TenancyRefusal } from './refusal'
-import { list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
+import { list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { checkQuota, checkVolumeQuota } from './quota'
 import { inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { catalogued, isPredefinedNetwork, ownerOf, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
@@ -317,13 +317,13 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ContainerInspectLibpod: ownedHidden('container', [CONTAINER_INSPECT]),
     ContainerExistsLibpod: b.owned('container', 'name'),
     ContainerDeleteLibpod: b.owned('container', 'name'),
-    ContainerStartLibpod: b.owned('container', 'name'),
+    ContainerStartLibpod: remounting(b.owned('container', 'name'), 'name'),
     ContainerStopLibpod: b.owned('container', 'name'),
-    ContainerRestartLibpod: b.owned('container', 'name'),
+    ContainerRestartLibpod: remounting(b.owned('container', 'name'), 'name'),
     ContainerKillLibpod: b.owned('container', 'name'),
     ContainerPauseLibpod: b.owned('container', 'name'),
     ContainerUnpauseLibpod: b.owned('container', 'name'),
-    ContainerInitLibpod: b.owned('container', 'name'),
+    ContainerInitLibpod: remounting(b.owned('container', 'name'), 'name'),
     ContainerWaitLibpod: b.owned('container', 'name'),
     ContainerLogsLibpod: b.owned('container', 'name'),
     ContainerTopLibpod: b.owned('container', 'name'),
@@ -334,8 +334,8 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ContainerRenameLibpod: containerRename,
     ContainerResizeLibpod: b.owned('container', 'name'),
     ContainerAttachLibpod: b.owned('container', 'name'),
-    ContainerArchiveLibpod: b.owned('container', 'name'),
-    PutContainerArchiveLibpod: b.owned('container', 'name'),
+    ContainerArchiveLibpod: remounting(b.owned('container', 'name'), 'name'),
+    PutContainerArchiveLibpod: remounting(b.owned('container', 'name'), 'name'),
     ContainerHealthcheckLibpod: b.owned('container', 'name'),
     ContainerPruneLibpod: b.labelFiltered(),
     ContainerUpdateLibpod: adminOnly('its resource body bypasses the quota and device checks'),

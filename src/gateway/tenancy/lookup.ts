@@ -165,9 +165,10 @@ const BACKOFF: Backoff = { firstMs: 1000, maxMs: 30_000, remindMs: 10 * 60_000 }
  * naming the engine and the cause, and retries with exponential backoff; it logs
  * again when the stream is back, and meanwhile only every `remindMs`. Requests are
  * not affected: they reach (or fail to reach) the engine on their own, with a 502
- * that names it.
+ * that names it. `onConnected` is called each time the stream connects (the engine may
+ * have been restarted or replaced: gateway/host-paths.ts asks it again).
  */
-export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger, backoff: Backoff = BACKOFF): () => void {
+export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger, backoff: Backoff = BACKOFF, onConnected?: () => void): () => void {
   let stopped = false
   let abort: AbortController | null = null
   let timer: NodeJS.Timeout | null = null
@@ -196,6 +197,7 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
         if (downSince !== null) log.info({ upstream: upstream.url, downSeconds: Math.round((Date.now() - downSince) / 1000), attempts: failures }, 'engine event stream connected again; ownership cache on')
         downSince = null
         failures = 0
+        onConnected?.()
         for await (const { value } of jsonLines(res.body)) {
           const ev = value as { Type?: unknown, Action?: unknown, Actor?: { ID?: unknown, Attributes?: unknown } } | null | undefined
           // A line the gateway cannot read: drop everything to stay correct.

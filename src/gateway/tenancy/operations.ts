@@ -13,7 +13,7 @@ import { registryAllowed } from '../../policy/tenancy'
 import { GatewayError } from '../../api/errors'
 import { TenancyRefusal } from './refusal'
 import { scopeArchive } from './archive'
-import { inOrder, list, missing, num, refuse, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
+import { inOrder, list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { numberOf } from '../../api/body/number'
 import { swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
@@ -356,7 +356,7 @@ const containerStart: Handler = async (call) => {
   if ((call.query.get('checkpoint') ?? '') !== '' || (call.query.get('checkpoint-dir') ?? '') !== '') {
     throw refuse('no-checkpoints', 'starting from a checkpoint reads a host directory: not available to tenants')
   }
-  await owned('container')(call)
+  await remounting(owned('container'))(call)
 }
 
 const containerRename: Handler = async (call) => {
@@ -880,7 +880,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ContainerResize: owned('container'),
   ContainerStart: containerStart,
   ContainerStop: owned('container'),
-  ContainerRestart: owned('container'),
+  ContainerRestart: remounting(owned('container')),
   ContainerKill: owned('container'),
   ContainerUpdate: containerUpdate,
   ContainerRename: containerRename,
@@ -890,9 +890,9 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ContainerAttachWebsocket: owned('container'),
   ContainerWait: owned('container'),
   ContainerDelete: containerDelete,
-  ContainerArchiveInfo: owned('container'),
-  ContainerArchive: owned('container'),
-  PutContainerArchive: owned('container'),
+  ContainerArchiveInfo: remounting(owned('container')),
+  ContainerArchive: remounting(owned('container')),
+  PutContainerArchive: remounting(owned('container')),
   ContainerPrune: labelFiltered(),
   ContainerExec: containerExec,
   // CRIU checkpoints (experimental engines): create and list take a host directory
