@@ -23,6 +23,7 @@ import { Turns } from '../src/gateway/turns'
 import { Tenancy } from '../src/gateway/tenancy'
 import { createUpstream } from '../src/gateway/upstream'
 import { policyAdmin } from '../src/gateway/admin'
+import { HostPaths } from '../src/gateway/host-paths'
 import { newContext } from '../src/gateway/context'
 import { handleRequest, handleUpgrade, Inflight, NO_BODY_MAX, type GatewayDeps } from '../src/gateway/pipeline'
 import { engine, POLICIES, request, uniqueName } from './helpers/gateway'
@@ -52,6 +53,8 @@ t.before(async () => {
   const audit = AuditTrail.open(config.audit, log)
   const upstream = createUpstream(config.upstream)
   const tenancy = new Tenancy(upstream, new Credentials(), log)
+  const hostPaths = new HostPaths(config.hostPaths, config.upstream.kind === 'unix', upstream, log)
+  await hostPaths.detect()
   inflight = new Inflight()
   const authenticator = createAuthenticator(config.auth)
   const deps: GatewayDeps = {
@@ -68,6 +71,7 @@ t.before(async () => {
     audit,
     tenancy,
     admin: policyAdmin(policy),
+    hostPaths: () => hostPaths.mode,
   }
   const servers = config.listen.map((l: ListenerConfig) => {
     const server = http.createServer((req, res) => { void handleRequest(deps, l, newContext(l.name, 'test', req.method ?? '', req.url ?? ''), req, res) })
