@@ -29,7 +29,9 @@ const PLAIN = `plain-${RUN}-value`
 const IMG_TOKEN = `imgtok-${RUN}-xyz`
 const SVC_KEY = `svckey-${RUN}-abc`
 const SVC_KEY2 = `svckey2-${RUN}-def`
-const SECRETS = [DB_PASSWORD, PLAIN, IMG_TOKEN, SVC_KEY, SVC_KEY2]
+const BUILD_TOKEN = `buildtok-${RUN}-ghi`
+const BUILD_ENV = `buildenv-${RUN}-jkl`
+const SECRETS = [DB_PASSWORD, PLAIN, IMG_TOKEN, SVC_KEY, SVC_KEY2, BUILD_TOKEN, BUILD_ENV]
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcr-'))
 t.teardown(() => fs.rmSync(tmp, { recursive: true, force: true }))
@@ -118,6 +120,47 @@ t.test('image inspect: Config.Env and ContainerConfig.Env redacted for readonly 
     const r = await as(gw, who, 'GET', `/v1.41/images/${repo}:1/json`)
     t.equal(envOf(r.json.Config.Env).IMG_TOKEN, IMG_TOKEN, `${who} reads the image's values`)
   }
+})
+
+t.test('a built image\'s history and ContainerConfig: ENV values and build arguments redacted', async (t) => {
+  const dir = path.join(tmp, 'build')
+  fs.mkdirSync(dir)
+  fs.writeFileSync(path.join(dir, 'Dockerfile'), `FROM ${IMAGE}\nARG BUILD_TOKEN\nENV BUILD_ENV=${BUILD_ENV} OTHER="two words"\nRUN echo built\n`)
+  const built = `${TA}/built:1`
+  t.teardown(async () => { await direct('DELETE', `/images/${built}?force=1`) })
+  const b = await run(CLI28, ['build', '-q', '-t', built, '--build-arg', `BUILD_TOKEN=${BUILD_TOKEN}`, dir], { host: gw.dockerHost, env: { DOCKER_CONFIG: CONFIG.tenant, DOCKER_BUILDKIT: '0' } })
+  t.equal(b.code, 0, `the tenant builds with the classic builder: ${b.stderr}`)
+  const engineHistory = (await direct('GET', `/images/${built}/history`)).text
+  t.match(engineHistory, BUILD_TOKEN, 'the engine records the build argument\'s value in the history')
+  for (const who of REDACTED_ONES) {
+    const h = await as(gw, who, 'GET', `/v1.41/images/${built}/history`)
+    t.equal(h.status, 200, `${who} history: ${h.text.slice(0, 200)}`)
+    t.same(leaks(h.text), [], `${who} image history: no value leaks`)
+    const createdBy = (h.json as any[]).map((x) => x.CreatedBy as string)
+    t.ok(createdBy.includes('|1 BUILD_TOKEN=[REDACTED] /bin/sh -c echo built'), `${who}: the build argument's name kept: ${JSON.stringify(createdBy)}`)
+    t.ok(createdBy.includes('/bin/sh -c #(nop)  ENV BUILD_ENV=[REDACTED] OTHER=[REDACTED]'), `${who}: ENV names kept`)
+    const i = await as(gw, who, 'GET', `/v1.41/images/${built}/json`)
+    t.same(leaks(i.text), [], `${who} image inspect: no value leaks`)
+    for (const bin of [CLI28, CLI20]) {
+      const c = await cli(gw, who, ['history', '--no-trunc', built], bin)
+      t.equal(c.code, 0, `${who} ${bin} docker history: ${c.stderr}`)
+      t.same(leaks(c.stdout.toString()), [], `${who} ${bin} docker history: no value leaks`)
+      t.match(c.stdout.toString(), /BUILD_TOKEN=\[REDACTED\]/)
+    }
+  }
+  const own = await cli(gw, 'tenant', ['history', '--no-trunc', built])
+  t.match(own.stdout.toString(), BUILD_TOKEN, 'the tenant\'s own history shows the value')
+  // Built on the engine directly, the last instruction a RUN with a build argument: its
+  // ContainerConfig.Cmd is the array form (a tenant's build ends with the owner labels).
+  const plain = `redact-${RUN}-plain:1`
+  t.teardown(async () => { await direct('DELETE', `/images/${plain}?force=1`) })
+  const p = await run(CLI28, ['build', '-q', '-t', plain, '--build-arg', `BUILD_TOKEN=${BUILD_TOKEN}`, dir], { host: engine().dockerHost, env: { DOCKER_BUILDKIT: '0' } })
+  t.equal(p.code, 0, p.stderr)
+  t.same((await direct('GET', `/images/${plain}/json`)).json.ContainerConfig.Cmd.slice(0, 2), ['|1', `BUILD_TOKEN=${BUILD_TOKEN}`], 'the engine records the value in ContainerConfig.Cmd')
+  const i = await as(gw, 'auditor', 'GET', `/v1.41/images/${plain}/json`)
+  t.same(leaks(i.text), [], 'auditor image inspect: no value leaks')
+  t.same(i.json.ContainerConfig.Cmd, ['|1', 'BUILD_TOKEN=[REDACTED]', '/bin/sh', '-c', 'echo built'])
+  t.same(i.json.Config.Env.slice(-2), ['BUILD_ENV=[REDACTED]', 'OTHER=[REDACTED]'])
 })
 
 t.test('the docker CLIs and docker-py: inspect redacted, ls works', async (t) => {
