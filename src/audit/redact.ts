@@ -46,6 +46,25 @@ export const ENV_BODY_OPERATIONS: readonly string[] = ['PluginSet']
 export const OPTION_STRING_NAMES: readonly string[] = ['o']
 const OPTION_SECRET = /((?:^|,)\s*[^,=]*(?:passw(?:or)?d|secret|token|credentials?|pass)\s*=)[^,]*/gi
 
+/** Whether an environment variable's NAME is sensitive (DB_PASSWORD, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY...). */
+export function sensitiveEnvName (name: string): boolean {
+  return SENSITIVE_NAME.test(name) && !REFERENCE_NAMES.some((n) => n.toLowerCase() === name.toLowerCase())
+}
+
+const ALL_NAMES = (): boolean => true
+
+/**
+ * One `NAME=value` entry with its value redacted when `redactName(NAME)` says so: the
+ * name is kept, so that a reader sees what is set. `NAME` alone (no `=`: a client asking
+ * the CLI to pass its own value) carries no value and is kept as it is. Shared with the
+ * gateway's answers to roles that do not read secrets (src/gateway/redact.ts).
+ */
+export function redactEnvEntry (entry: string, redactName: (name: string) => boolean): string {
+  const eq = entry.indexOf('=')
+  if (eq < 0) return entry
+  return redactName(entry.slice(0, eq)) ? `${entry.slice(0, eq + 1)}${REDACTED}` : entry
+}
+
 interface Node { readonly children: Map<string, Node>, redact: boolean }
 
 export interface RedactOptions { readonly redactEnv: boolean }
@@ -92,10 +111,7 @@ function compile (opts: RedactOptions): Redactor {
   /** `NAME=value` -> `NAME=[REDACTED]` (or only for sensitive names, without redactEnv). */
   const envEntry = (v: unknown): unknown => {
     if (typeof v !== 'string') return v === null ? null : REDACTED
-    const eq = v.indexOf('=')
-    if (eq < 0) return v // `NAME` alone passes the client's own value: nothing recorded
-    if (opts.redactEnv || sensitive(v.slice(0, eq))) return `${v.slice(0, eq + 1)}${REDACTED}`
-    return v
+    return redactEnvEntry(v, opts.redactEnv ? ALL_NAMES : sensitiveEnvName)
   }
   const envList = (v: unknown): unknown => Array.isArray(v) ? v.map(envEntry) : (v === null ? null : REDACTED)
 

@@ -43,6 +43,7 @@ import { encodeBody } from '../api/body/decode'
 import { TenancyRefusal, type Tenancy } from './tenancy'
 import type { AnswerEvent, AnswerEvents } from './exchange'
 import type { PolicyAdmin } from './admin'
+import { withEnvRedaction } from './redact'
 
 export interface GatewayDeps {
   readonly api: ApiWindow
@@ -222,6 +223,8 @@ async function inspectNow (deps: GatewayDeps, ctx: RequestContext, req: Incoming
   if ((ctx.body?.length ?? 0) > LARGE_BODY) await new Promise((resolve) => setImmediate(resolve))
   ctx.body = result.body
   const scoped = await scope(deps, ctx, req, policy)
+  // Read-only roles do not read secrets (redact.ts), whatever tenancy decided: after its narrowing.
+  ctx.respond = withEnvRedaction(identity, target.operation, policy.tenancy, ctx.respond)
   // Fail closed before the engine acts: a request is only forwarded when its audit
   // record can be written (unless the operator chose audit.onFailure: open).
   if (deps.audit.onFailure === 'closed' && !deps.audit.healthy()) throw new GatewayError('AUDIT_UNAVAILABLE', 'the audit trail cannot be written; request refused')

@@ -12,6 +12,9 @@
  *   quotas:
  *     default: { containers: 50, memory: 32GiB, cpus: 16, volumes: 50 }
  *     tenants: { team-a: { containers: 100 } }
+ *   redact:
+ *     env:                            # environment values in answers, per role
+ *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
  *
  * Everything is checked when the policy loads; problems are reported with the rest.
  */
@@ -40,7 +43,25 @@ export interface TenancySettings {
    * refused unless the operator allows them.
    */
   readonly builds: { readonly buildkit: boolean }
+  /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
+  readonly redact: { readonly env: readonly EnvRedaction[] }
 }
+
+/**
+ * Roles whose answers carry environment values redacted (`NAME=[REDACTED]`): every
+ * variable's (`all`), those whose name the audit trail counts as sensitive
+ * (`sensitive`: src/audit/redact.ts SENSITIVE_NAME), or those whose name matches one of
+ * `patterns` (case-insensitive, `*` matches any run of characters).
+ */
+export interface EnvRedaction {
+  readonly roles: readonly string[]
+  readonly keys: 'all' | 'sensitive' | { readonly patterns: readonly string[] }
+}
+
+/** Read-only roles do not read secrets: base.csv's readonly, and auditor (readonly across every tenant). */
+export const DEFAULT_ENV_REDACTION: readonly EnvRedaction[] = Object.freeze([
+  Object.freeze({ roles: Object.freeze(['readonly', 'auditor']), keys: 'all' as const }),
+])
 
 export const DEFAULT_INFO_HIDE = Object.freeze([
   'ID', 'Name', 'DockerRootDir', 'HttpProxy', 'HttpsProxy', 'NoProxy', 'Labels', 'SystemStatus', 'Plugins', 'Runtimes',
@@ -54,9 +75,10 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   infoHide: DEFAULT_INFO_HIDE,
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
   builds: Object.freeze({ buildkit: false }),
+  redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact']
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
 const UNITS: Record<string, number> = { '': 1, b: 1, k: 1024, kb: 1024, kib: 1024, m: 1024 ** 2, mb: 1024 ** 2, mib: 1024 ** 2, g: 1024 ** 3, gb: 1024 ** 3, gib: 1024 ** 3, t: 1024 ** 4, tb: 1024 ** 4, tib: 1024 ** 4 }
 
@@ -156,7 +178,37 @@ export function compileTenancy (file: string, name: string, problems: string[]):
       else problems.push(`${name}: builds.buildkit: expected true or false`)
     }
   }
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds })
+  let redact = DEFAULT_TENANCY.redact
+  if (m.redact !== undefined) {
+    const r = mapping(m.redact, `${name}: redact`, ['env'], problems)
+    if (r && r.env !== undefined) redact = Object.freeze({ env: envRedactions(r.env, `${name}: redact.env`, problems) })
+  }
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact })
+}
+
+/** `redact.env`: a list of `{ roles, keys }`; an empty list redacts nothing for anyone. */
+function envRedactions (v: unknown, at: string, problems: string[]): readonly EnvRedaction[] {
+  if (!Array.isArray(v)) { problems.push(`${at}: expected a list of { roles: [...], keys: all | sensitive | [patterns] }`); return DEFAULT_ENV_REDACTION }
+  const out: EnvRedaction[] = []
+  v.forEach((entry, i) => {
+    const e = mapping(entry, `${at}[${i}]`, ['roles', 'keys'], problems)
+    if (!e) return
+    const roles = stringList(e.roles, `${at}[${i}].roles`, problems)
+    let keys: EnvRedaction['keys'] | null = null
+    if (e.keys === undefined || e.keys === 'all') keys = 'all'
+    else if (e.keys === 'sensitive') keys = 'sensitive'
+    else if (Array.isArray(e.keys)) {
+      const patterns = stringList(e.keys, `${at}[${i}].keys`, problems)
+      if (patterns) keys = Object.freeze({ patterns: Object.freeze([...patterns]) })
+    } else problems.push(`${at}[${i}].keys: expected all, sensitive or a list of variable name patterns (e.g. ["*_PASSWORD", "API_KEY"])`)
+    if (roles && keys !== null) out.push(Object.freeze({ roles: Object.freeze([...roles]), keys }))
+  })
+  return Object.freeze(out)
+}
+
+/** A pattern of tenancy.yaml (a registry host, a variable name; `*` matches any run of characters) as a case-insensitive expression. */
+export function globPattern (pattern: string): RegExp {
+  return new RegExp(`^${pattern.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`, 'i')
 }
 
 /** The tenant's quota: its own entry's limits over the default's. */
@@ -166,5 +218,5 @@ export function quotaFor (settings: TenancySettings, tenant: string): Quota {
 
 /** Whether `host` (a registry host as in an image reference, e.g. `127.0.0.1:5000`) is allowed. `*` matches any run of characters. */
 export function registryAllowed (settings: TenancySettings, host: string): boolean {
-  return settings.registries.allowed.some((p) => new RegExp(`^${p.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`, 'i').test(host))
+  return settings.registries.allowed.some((p) => globPattern(p).test(host))
 }
