@@ -334,6 +334,17 @@ t.test('swarm: service inspect and list (Spec and PreviousSpec), task list and i
     const ps = await cli(sgw, who, ['service', 'ps', '--no-trunc', name])
     t.equal(ps.code, 0, `${who} docker service ps: ${ps.stderr}`)
   }
+  // The swarm's join tokens are credentials: a manager token joins a node as a manager.
+  const tokens = (await sdirect('GET', '/swarm')).json.JoinTokens
+  t.match(tokens.Manager, /^SWMTKN-/, 'the engine holds join tokens')
+  for (const who of REDACTED_ONES) {
+    const sw = await as(sgw, who, 'GET', '/v1.41/swarm')
+    t.equal(sw.status, 200, `${who} swarm inspect: ${sw.text.slice(0, 200)}`)
+    t.same(sw.json.JoinTokens, { Worker: '', Manager: '' }, `${who} gets no join token`)
+    t.notOk(sw.text.includes(tokens.Manager) || sw.text.includes(tokens.Worker), `${who}: neither token anywhere in the answer`)
+    t.equal(sw.json.ID, (await sdirect('GET', '/swarm')).json.ID, `${who} still sees the swarm`)
+  }
+  t.same((await as(sgw, 'admin', 'GET', '/v1.41/swarm')).json.JoinTokens, tokens, 'admin reads them')
   for (const who of INTACT_ONES) {
     const i = await as(sgw, who, 'GET', `/v1.41/services/${name}`)
     t.equal(envOf(i.json.Spec.TaskTemplate.ContainerSpec.Env).SVC_KEY, SVC_KEY2, `${who} reads the service's values`)

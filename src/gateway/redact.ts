@@ -207,6 +207,7 @@ function buildCmd (cmd: unknown[], redact: NameTest): unknown[] {
  * any) first, then redaction. Unchanged when nothing is to be redacted.
  */
 export function withEnvRedaction (identity: Identity, op: Operation, settings: TenancySettings, current: ResponseFilter | undefined): ResponseFilter | undefined {
+  if (op.id === 'SwarmInspect') return withoutJoinTokens(identity, settings, current)
   if (!ENV_ANSWERS.has(op.id) || op.streams) return current
   const redact = envRedactionFor(identity, settings)
   if (redact === null) return current
@@ -215,4 +216,16 @@ export function withEnvRedaction (identity: Identity, op: Operation, settings: T
   // Events are the only line-filtered answers, and they carry no environment.
   if (current.kind !== 'json') return current
   return { kind: 'json', transform: async (doc) => redactEnv(await current.transform(doc), redact, image) }
+}
+
+/**
+ * The swarm's join tokens are credentials (a manager token joins a node as a manager of
+ * the swarm): the roles `redact.env` names (readonly and auditor by default) get the
+ * swarm's description without them, as tenants do (tenancy blanks them for its own).
+ */
+function withoutJoinTokens (identity: Identity, settings: TenancySettings, current: ResponseFilter | undefined): ResponseFilter | undefined {
+  if (envRedactionFor(identity, settings) === null || current?.kind === 'lines') return current
+  const blank = (doc: unknown): unknown => doc !== null && typeof doc === 'object' && !Array.isArray(doc) && 'JoinTokens' in doc ? { ...doc, JoinTokens: { Worker: '', Manager: '' } } : doc
+  if (current === undefined) return { kind: 'json', transform: blank }
+  return { kind: 'json', transform: async (doc) => blank(await current.transform(doc)) }
 }
