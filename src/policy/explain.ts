@@ -268,6 +268,8 @@ function call (n: Node, c: Context, op: string): Clause[] | null {
       return [{ matched: shown(fact, op, list(values(v).filter((x) => fns.anyNotIn([x], arg)))), allowed: `${fact} only ${csv(arg).join(', ')}` }]
     case 'anyIn':
       return [{ matched: shown(fact, op, list(values(v).filter((x) => fns.anyIn([x], arg)))), allowed: `${fact} without ${csv(arg).join(', ')}` }]
+    case 'anyNotPrefixed':
+      return [{ matched: shown(fact, op, list(values(v).filter((x) => fns.anyNotPrefixed([x], arg)))), allowed: `${fact} only under ${csv(arg).join(', ')}` }]
     case 'anyStartsWith':
       return [{ matched: shown(fact, op, list(values(v).filter((x) => fns.anyStartsWith([x], arg)))), allowed: `${fact} not starting with ${text(arg)}` }]
     case 'startsWith':

@@ -60,6 +60,8 @@ export const conditionFunctions = {
   },
   /** Some value starts with the prefix. */
   anyStartsWith: (v: unknown, prefix: unknown): boolean => values(v).some((x) => x.startsWith(String(prefix))),
+  /** Some value starts with none of the comma-separated prefixes. */
+  anyNotPrefixed: (v: unknown, prefixes: unknown): boolean => values(v).some((x) => !list(prefixes).some((p) => x.startsWith(p))),
   startsWith: (s: unknown, prefix: unknown): boolean => String(s ?? '').startsWith(String(prefix)),
   count: (v: unknown): number => Array.isArray(v) ? v.length : 0,
   /** Some number lies outside [min, max]. */
