@@ -176,9 +176,35 @@ t.test('shared: a service\'s bind mount through a link is refused (swarm engine)
   t.equal(r.status, 403, 'a mount without Type is a bind')
   t.match(r.json?.message, /rule host-binds/)
   t.equal((await request(swarmEngine().socket, 'GET', `/services/${name}`)).status, 404, 'no service was created')
-  const ok = await as(sgw, 'POST', '/v1.41/services/create', spec(`${ALLOWED}/real`))
-  t.equal(ok.status, 201, ok.text)
-  await request(swarmEngine().socket, 'DELETE', `/services/${name}`)
+  // The orchestrator starts, restarts and reschedules tasks where the gateway cannot walk
+  // their sources again: a tenant's service has no binds, a genuine directory included.
+  const genuine = await as(sgw, 'POST', '/v1.41/services/create', spec(`${ALLOWED}/real`))
+  if (genuine.status === 201) await request(swarmEngine().socket, 'DELETE', `/services/${name}`)
+  t.equal(genuine.status, 403, 'a bind of a genuine directory')
+  t.match(genuine.json?.message, /rule no-service-binds/)
+  t.equal((await request(swarmEngine().socket, 'GET', `/services/${name}`)).status, 404, 'no service was created')
+})
+
+t.test('shared: binds and a restart policy do not go together (the engine restarts unseen)', async (t) => {
+  for (const policy of ['always', 'unless-stopped', 'on-failure']) {
+    const name = fresh('rp')
+    const r = await create(gw, name, { Binds: [`${ALLOWED}/real:/data`], RestartPolicy: { Name: policy, ...(policy === 'on-failure' ? { MaximumRetryCount: 3 } : {}) } })
+    t.equal(r.status, 403, `--restart ${policy} with a bind`)
+    t.match(r.json?.message, /rule no-restart-with-binds/)
+    t.equal((await direct('GET', `/containers/${name}/json`)).status, 404, 'nothing created')
+  }
+  const plain = fresh('rp-plain')
+  t.equal((await create(gw, plain, { RestartPolicy: { Name: 'always' } })).status, 201, 'a restart policy without binds')
+  const bound = fresh('rp-bound')
+  const b = await create(gw, bound, { Binds: [`${ALLOWED}/real:/data`], RestartPolicy: { Name: 'no' } })
+  t.equal(b.status, 201, 'binds with restart policy no')
+  const before = (await direct('GET', `/containers/${b.json.Id}/json`)).json.HostConfig.RestartPolicy
+  const u = await as(gw, 'POST', `/v1.41/containers/${bound}/update`, { RestartPolicy: { Name: 'always' } })
+  t.equal(u.status, 403, 'an update adding a restart policy to a container with binds')
+  t.match(u.json?.message, /rule no-restart-with-binds/)
+  t.same((await direct('GET', `/containers/${b.json.Id}/json`)).json.HostConfig.RestartPolicy, before, 'its restart policy is unchanged')
+  const u2 = await as(gw, 'POST', `/v1.41/containers/${plain}/update`, { RestartPolicy: { Name: 'unless-stopped' } })
+  t.equal(u2.status, 200, `an update of a container without binds: ${u2.text}`)
 })
 
 t.test('remote: a gateway that cannot see the engine\'s DockerRootDir decides remote', async (t) => {

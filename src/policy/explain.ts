@@ -69,6 +69,7 @@ function source (fact: string, op: string): string {
     case 'sysctls': return service ? `${spec('Sysctls')}, --sysctl` : `${hc('Sysctls')}, --sysctl`
     case 'runtime': return `${hc('Runtime')}, --runtime`
     case 'annotations': return `${hc('Annotations')}, --annotation`
+    case 'restartPolicy': return `${hc('RestartPolicy')}, --restart`
     case 'cgroupParent': return op === 'ImageBuild' ? 'cgroupparent, --cgroup-parent' : `${hc('CgroupParent')}, --cgroup-parent`
     case 'volumesFrom': return `${hc('VolumesFrom')}, --volumes-from`
     case 'links': return `${hc('Links')}, --link`

@@ -118,6 +118,7 @@ function emptyFacts (): Facts {
     sysctls: [],
     runtime: '',
     annotations: [],
+    restartPolicy: '',
     cgroupParent: '',
     volumesFrom: [],
     links: [],
@@ -176,6 +177,7 @@ function hostConfigFacts (f: Facts, hc: Json): void {
   f.sysctls = Object.keys(obj(hc.Sysctls))
   f.runtime = str(hc.Runtime)
   f.annotations = Object.keys(obj(hc.Annotations))
+  f.restartPolicy = str(obj(hc.RestartPolicy).Name)
   f.cgroupParent = str(hc.CgroupParent)
   f.volumesFrom = strings(hc.VolumesFrom)
   f.links = strings(hc.Links)

@@ -60,6 +60,8 @@ export interface Facts {
    * Podman's `annotations`): crun reads `run.oci.*` ones as settings of the container.
    */
   annotations: string[]
+  /** HostConfig.RestartPolicy.Name (Podman's restart_policy): `''` or `no` when the engine never restarts the container on its own. */
+  restartPolicy: string
   cgroupParent: string
   volumesFrom: string[]
   links: string[]

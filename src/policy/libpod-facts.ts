@@ -109,6 +109,7 @@ function specGeneratorFacts (f: Facts, b: Json): void {
   f.sysctls = Object.keys(obj(b.sysctl))
   f.runtime = str(b.oci_runtime)
   f.annotations = Object.keys(obj(b.annotations))
+  f.restartPolicy = str(b.restart_policy)
   f.cgroupParent = str(b.cgroup_parent)
   f.volumesFrom = strings(b.volumes_from)
   f.user = str(b.user)
@@ -182,6 +183,7 @@ export function libpodSource (fact: string, op: string): string {
     case 'sysctls': return 'sysctl, --sysctl'
     case 'runtime': return 'oci_runtime, --runtime'
     case 'annotations': return 'annotations, --annotation'
+    case 'restartPolicy': return 'restart_policy, --restart'
     case 'cgroupParent': return 'cgroup_parent, --cgroup-parent'
     case 'volumesFrom': return 'volumes_from, --volumes-from'
     case 'user': return exec ? 'User, podman exec --user' : 'user, --user'

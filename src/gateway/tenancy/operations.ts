@@ -309,6 +309,17 @@ const containerUpdate: Handler = async (call) => {
   if (b.PidsLimit !== undefined && b.PidsLimit !== null && !(numberOf(b.PidsLimit) > 0)) {
     throw refuse('pids-limit-update', `PidsLimit ${JSON.stringify(b.PidsLimit)} in an update removes the container's process limit: not available to tenants`)
   }
+  // A restart policy makes the engine mount the bind sources again on its own, unjudged
+  // (base.csv no-restart-with-binds refuses both together at create).
+  const restart = str(bodyAt(call, 'RestartPolicy', 'Name'))
+  if (restart !== '' && restart !== 'no') {
+    const hc = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig ?? {}
+    const binds = list(hc.Binds).filter((s) => typeof s === 'string' && s.startsWith('/'))
+    const mounts = list(hc.Mounts).filter((m) => str(m?.Type).toLowerCase() === 'bind')
+    if (binds.length + mounts.length > 0) {
+      throw refuse('no-restart-with-binds', `restart policy ${JSON.stringify(restart)} on a container with bind mounts: the engine would mount their sources again on its own, where the gateway cannot judge them`)
+    }
+  }
   const changesMemory = num(b.Memory) > 0
   const changesCpu = cpuOf(b) > 0
   if (!changesMemory && !changesCpu) return
