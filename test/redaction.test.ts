@@ -11,9 +11,8 @@ import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { CLI20, CLI28, engine, policiesWith, request, run, startTestGateway, swarmEngine, type RawReply, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, engine, policiesWith, type RawReply, request, run, startTestGateway, swarmEngine, type TestGateway, tokensFor } from './helpers/gateway'
 import { compileTenancy, DEFAULT_TENANCY } from '../src/policy/tenancy'
 import { ENV_ANSWERS, withEnvRedaction } from '../src/gateway/redact'
 import { resolveTarget } from '../src/api/catalog/route'
@@ -43,14 +42,7 @@ const CLAIMS: Record<Who, object> = {
   ro: { sub: 'rita', tenant: TA, roles: ['readonly'] },
   auditor: { sub: 'audrey', roles: ['auditor'] },
 }
-const TOKEN: Record<Who, string> = Object.fromEntries(Object.entries(CLAIMS).map(([who, claims]) =>
-  [who, jwt.sign({ ...claims, exp: Math.floor(Date.now() / 1000) + 3 * 3600 }, SECRET, { algorithm: 'HS256' })])) as Record<Who, string>
-const CONFIG: Record<Who, string> = Object.fromEntries(Object.entries(TOKEN).map(([who, token]) => {
-  const dir = path.join(tmp, `cfg-${who}`)
-  fs.mkdirSync(dir)
-  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ HttpHeaders: { Authorization: `Bearer ${token}` } }))
-  return [who, dir]
-})) as Record<Who, string>
+const { token: TOKEN, config: CONFIG } = tokensFor(CLAIMS, SECRET, tmp)
 
 const REDACTED_ONES: Who[] = ['ro', 'auditor']
 const INTACT_ONES: Who[] = ['admin', 'tenant']

@@ -24,9 +24,8 @@ import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
 import { gzipSync } from 'node:zlib'
-import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { CLI20, CLI28, engine, run, startTestGateway, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, engine, run, type RunResult, startTestGateway, type TestGateway, tokensFor, uniqueName } from './helpers/gateway'
 
 const COMPOSE = '/usr/bin/docker-compose'
 const TENANT_LABEL = 'io.portcullis.tenant'
@@ -48,14 +47,7 @@ const CLAIMS: Record<Who, object> = {
   b: { sub: 'xena', tenant: TB, roles: ['tenant'] },
   admin: { sub: 'root-op', roles: ['admin'] },
 }
-const TOKEN: Record<Who, string> = Object.fromEntries(Object.entries(CLAIMS).map(([who, claims]) =>
-  [who, jwt.sign({ ...claims, exp: Math.floor(Date.now() / 1000) + 3 * 3600 }, SECRET, { algorithm: 'HS256' })])) as Record<Who, string>
-const CONFIG: Record<Who, string> = Object.fromEntries(Object.entries(TOKEN).map(([who, token]) => {
-  const dir = path.join(tmp, `cfg-${who}`)
-  fs.mkdirSync(dir)
-  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ HttpHeaders: { Authorization: `Bearer ${token}` } }))
-  return [who, dir]
-})) as Record<Who, string>
+const { token: TOKEN, config: CONFIG } = tokensFor(CLAIMS, SECRET, tmp)
 
 /** One API request through the gateway as `who`: status and body text. */
 async function api (who: Who, method: string, target: string, body?: unknown): Promise<{ status: number, text: string }> {

@@ -9,6 +9,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import jwt from 'jsonwebtoken'
 import pino from 'pino'
 import { parseConfig, type Config } from '../../src/config'
 import { startGateway, type Gateway } from '../../src/gateway'
@@ -207,4 +208,22 @@ export function tarOf (files: Record<string, string>): Buffer {
   }
   blocks.push(Buffer.alloc(1024))
   return Buffer.concat(blocks)
+}
+
+/**
+ * Bearer tokens (HS256, valid three hours) for named identities, and for each a private
+ * DOCKER_CONFIG under `dir` whose config.json sends its token on every request (how the
+ * docker CLI, compose and docker-py carry a token).
+ */
+export function tokensFor<W extends string> (claims: Record<W, object>, secret: string, dir: string): { token: Record<W, string>, config: Record<W, string> } {
+  const token = {} as Record<W, string>
+  const config = {} as Record<W, string>
+  for (const who of Object.keys(claims) as W[]) {
+    token[who] = jwt.sign({ ...claims[who], exp: Math.floor(Date.now() / 1000) + 3 * 3600 }, secret, { algorithm: 'HS256' })
+    const cfg = path.join(dir, `cfg-${who}`)
+    fs.mkdirSync(cfg)
+    fs.writeFileSync(path.join(cfg, 'config.json'), JSON.stringify({ HttpHeaders: { Authorization: `Bearer ${token[who]}` } }))
+    config[who] = cfg
+  }
+  return { token, config }
 }
