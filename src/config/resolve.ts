@@ -609,6 +609,7 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     upstream: up ?? { kind: 'unix', path: '', url: '' },
     api: apiWindow,
     limits: { jsonBodyBytes: file.limits.jsonBodyBytes, bufferedBytes: buffered ?? Math.max(BUFFERED_BYTES_DEFAULT, bufferedMin) },
+    rates: file.rates,
     auth: { ...(jwtCfg ? { jwt: jwtCfg } : {}), ...(mtlsCfg ? { mtls: mtlsCfg } : {}) },
     policy: policyCfg,
     audit: auditCfg,

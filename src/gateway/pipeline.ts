@@ -30,6 +30,7 @@ import type { Identity } from './authenticate'
 import { hasBody, readCapped, readUpgradeBody, type BodyLimits } from './body'
 import type { BodyBudget } from './budget'
 import { LARGE_BODY, type Turns } from './turns'
+import { RateRefusal, type RateLimits } from './rates'
 import type { Operation } from '../api/catalog/operations'
 import { resolveTarget, type ApiWindow } from '../api/catalog/route'
 import { elapsedMs, type RequestContext } from './context'
@@ -50,6 +51,8 @@ export interface GatewayDeps {
   readonly budget: BodyBudget
   /** Each identity's share of the gateway's attention (turns.ts). */
   readonly turns: Turns
+  /** Request rates and open sessions/streams per identity or tenant (rates.ts, config `rates`). */
+  readonly rates: RateLimits
   readonly upstream: Upstream
   readonly log: Logger
   readonly inflight: Inflight
@@ -110,6 +113,21 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
   }
   ctx.target = resolveTarget(req.method ?? '', req.url ?? '', deps.api)
   ctx.identity = deps.authenticate(req, listener)
+  limitRate(deps, ctx)
+}
+
+/**
+ * The identity's (or its tenant's) rate limits and caps on open sessions and streams
+ * (rates.ts), before anything of the request is read. The slot a session or stream takes
+ * is given back in finish(). A refusal is recorded as a denial by its rule (`rates.<role>.<limit>`).
+ */
+function limitRate (deps: GatewayDeps, ctx: RequestContext): void {
+  try {
+    ctx.opened = deps.rates.admit(ctx.identity!, ctx.target!.operation)
+  } catch (err) {
+    if (err instanceof RateRefusal) ctx.decision = { decision: 'deny', rule: { policy: 'rates', rule: err.rule }, wouldDeny: [], policyVersion: deps.policy().version }
+    throw err
+  }
 }
 
 /**
@@ -348,6 +366,7 @@ function detaches (body: unknown): boolean {
 }
 
 function finish (deps: GatewayDeps, ctx: RequestContext): void {
+  ctx.opened?.()
   ctx.hold?.release()
   ctx.turn?.release()
   ctx.large?.()
