@@ -58,6 +58,8 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
     `audit: { file: ${path.join(dir, 'audit.jsonl')} }`,
     'log: { level: warn }',
     'shutdown: { graceSeconds: 2 }',
+    // The bench measures what the gateway costs, not where its rate limits cut in: none.
+    'rates: { roles: {}, others: null }',
     '',
   ].join('\n'))
 

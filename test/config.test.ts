@@ -145,7 +145,7 @@ t.test('the schema\'s defaults are the ones the hand-written validation gave', a
     upstream: { kind: 'unix', path: '/var/run/docker.sock', url: 'unix:///var/run/docker.sock' },
     api: { minVersion: '1.24', maxVersion: '1.56' },
     limits: { jsonBodyBytes: 1048576, bufferedBytes: 268435456 },
-    rates: { roles: { admin: {}, tenant: { per: ['tenant'], read: { rate: 100, burst: 400 }, write: { rate: 20, burst: 100 }, transfer: { rate: 2, burst: 20 }, sessions: 32, streams: 64 } }, others: { per: ['tenant'], read: { rate: 100, burst: 400 }, write: { rate: 20, burst: 100 }, transfer: { rate: 2, burst: 20 }, sessions: 32, streams: 64 } },
+    rates: { roles: { admin: {}, tenant: { per: ['tenant'], read: { rate: 100, burst: 400 }, write: { rate: 20, burst: 200 }, transfer: { rate: 2, burst: 50 }, sessions: 64, streams: 128 } }, others: { per: ['tenant'], read: { rate: 100, burst: 400 }, write: { rate: 20, burst: 200 }, transfer: { rate: 2, burst: 50 }, sessions: 64, streams: 128 } },
     auth: {},
     policy: { dir: join(dir, 'policies') },
     audit: { file: join(dir, 'audit.jsonl'), stdout: false, level: 'metadata' },

@@ -198,19 +198,21 @@ export const RoleRates = Type.Object({
 export type RoleRates = Static<typeof RoleRates>
 
 /**
- * The shipped limits of a tenant, and of identities with no listed role. On one engine
- * shared by many tenants they leave a person, a compose project or a CI job room
- * (`docker compose up` of 20 services bursts about a hundred requests; the CLI sends a
- * `_ping` before each command), while a loop is held to what the engine serves many
- * times over: dockerd answers thousands of reads a second and a few dozen creates.
+ * The shipped limits of a tenant, and of identities with no listed role. Bursts leave a
+ * person, a compose project or a CI job room: `docker rm -f $(docker ps -aq)` sends one
+ * DELETE per container at once, `docker compose pull` one pull per service, `compose up`
+ * (attached) one attach per service and `compose logs -f` one stream each, and the CLI
+ * sends a `_ping` before every command. Sustained, a loop is held well below what one
+ * engine serves all its tenants: dockerd answers thousands of small reads a second but
+ * a few dozen creates, and a handful of pulls or builds saturate its disk and network.
  */
 export const DEFAULT_TENANT_RATES: RoleRates = Object.freeze({
   per: ['tenant' as const],
   read: Object.freeze({ rate: 100, burst: 400 }),
-  write: Object.freeze({ rate: 20, burst: 100 }),
-  transfer: Object.freeze({ rate: 2, burst: 20 }),
-  sessions: 32,
-  streams: 64,
+  write: Object.freeze({ rate: 20, burst: 200 }),
+  transfer: Object.freeze({ rate: 2, burst: 50 }),
+  sessions: 64,
+  streams: 128,
 })
 
 export const Rates = Type.Object({
