@@ -25,6 +25,8 @@ import jwt from 'jsonwebtoken'
 import t from 'tap'
 import { rateClass, holdClass } from '../src/api/catalog/classes'
 import { operations } from '../src/api/catalog/operations'
+import { parseConfig } from '../src/config'
+import { RateLimits, RateRefusal } from '../src/gateway/rates'
 import { engine, request, startTestGateway, uniqueName, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
@@ -120,6 +122,34 @@ t.test('operation classes come from the catalog', async (t) => {
   t.equal(holdClass(op('SystemEvents')), 'stream')
   t.equal(holdClass(op('ContainerLogs')), 'stream')
   t.equal(holdClass(op('ContainerList')), null)
+})
+
+function thrown (f: () => unknown): RateRefusal | undefined {
+  try { f() } catch (err) { if (err instanceof RateRefusal) return err; throw err }
+  return undefined
+}
+
+t.test('an identity without a tenant: its own buckets, one token a request whatever per says', async (t) => {
+  // The limiter alone (no engine is needed to count tokens); the gateway's use of it is tested below.
+  const config = parseConfig('rates: { roles: { both: { per: [tenant, subject], read: { rate: 0.001, burst: 3 }, streams: 1 } }, others: null }\n', '/p.yaml').rates
+  const limits = new RateLimits(config)
+  const ping = operations.find((o) => o.id === 'SystemPing')!
+  const events = operations.find((o) => o.id === 'SystemEvents')!
+  const who = { subject: 'robot', tenant: null, roles: ['both'], method: 'jwt' as const }
+  for (let i = 0; i < 3; i++) t.doesNotThrow(() => limits.admit(who, ping), `read ${i + 1} of a burst of 3`)
+  const refused = thrown(() => limits.admit(who, ping))
+  t.ok(refused instanceof RateRefusal, 'the fourth is refused: one bucket, not two')
+  t.equal(refused?.rule, 'rates.both.read')
+  t.match(refused?.message, /^SystemPing refused: subject robot is over its rate limit for reads/)
+  t.same(limits.admit({ ...who, roles: ['admin'] }, ping)(), undefined, 'a role not listed, with others: null: not limited')
+  const limits2 = new RateLimits(config)
+  const close = limits2.admit(who, events)
+  const full = thrown(() => limits2.admit(who, events))
+  t.equal(full?.limit, 'streams', 'a second stream is refused')
+  t.equal(full?.retryAfter, 1)
+  close()
+  close()
+  t.doesNotThrow(() => limits2.admit(who, events)(), 'the slot is given back once')
 })
 
 t.test('a tenant over its rate is refused; another tenant and the admin are not', async (t) => {

@@ -67,7 +67,8 @@ export class RateLimits {
     if (applied === null) return NOTHING
     const { name, rates } = applied
     const cls = rateClass(op)
-    const keys = (rates.per ?? RATE_PER_DEFAULT).map((per) => keyOf(name, per, who))
+    // Deduplicated: with per [tenant, subject], an identity without a tenant has one bucket, not two.
+    const keys = [...new Set((rates.per ?? RATE_PER_DEFAULT).map((per) => keyOf(name, per, who)))]
     const hold = holdClass(op)
     const cap = hold === null ? undefined : rates[LIMIT_OF[hold]] ?? undefined
     // Counts first (nothing is taken from a bucket for a request refused anyway).

@@ -31,8 +31,7 @@ export const READINESS_CHECKS = Object.freeze(['engine', 'policy'] as const)
 /** Who was full when a request body was refused for memory: the gateway as a whole, or the identity's share. */
 export const BUDGET_SCOPES = Object.freeze(['gateway', 'identity'] as const)
 export type BudgetScope = (typeof BUDGET_SCOPES)[number]
-/** The operation classes of rate limits (api/catalog/classes.ts), and which limit refused. */
-export const RATE_LIMIT_CLASSES = RATE_CLASSES
+/** Which rate limit refused a request (the classes are api/catalog/classes.ts's RATE_CLASSES). */
 export const RATE_LIMITS = Object.freeze(['rate', 'sessions', 'streams'] as const)
 export type RateLimitKind = (typeof RATE_LIMITS)[number]
 
