@@ -113,13 +113,16 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
   }
   ctx.target = resolveTarget(req.method ?? '', req.url ?? '', deps.api)
   ctx.identity = deps.authenticate(req, listener)
-  limitRate(deps, ctx)
 }
 
 /**
  * The identity's (or its tenant's) rate limits and caps on open sessions and streams
- * (rates.ts), before anything of the request is read. The slot a session or stream takes
- * is given back in finish(). A refusal is recorded as a denial by its rule (`rates.<role>.<limit>`).
+ * (rates.ts), before anything of the request's body is read. Checked in the identity's
+ * turn (takeTurn), not before it: a refusal is cheap, but a flood of them outside the
+ * turns took the event loop from everyone else (bench section 7: another tenant's
+ * `_ping` p50 40x its time alone while one tenant's c32 flood was refused with 429, with
+ * the check before the turn). The slot a session or stream takes is given back in
+ * finish(). A refusal is recorded as a denial by its rule (`rates.<role>.<limit>`).
  */
 function limitRate (deps: GatewayDeps, ctx: RequestContext): void {
   try {
@@ -461,6 +464,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     const op = ctx.target!.operation
     reading = true
     await takeTurn(deps, ctx)
+    limitRate(deps, ctx)
     await readBody(deps, ctx, req)
     reading = false
     const next = await check(deps, ctx, req, res, on)
@@ -514,6 +518,7 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     const op = ctx.target!.operation
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
     await takeTurn(deps, ctx)
+    limitRate(deps, ctx)
     let rest: Buffer
     ;({ body: ctx.body, rest } = await readUpgradeBody(req, socket, head, bodyLimits(deps, ctx, op)))
     // The head may hold the body's bytes: not kept for the length of the session.
