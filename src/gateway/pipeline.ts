@@ -1,8 +1,8 @@
 /**
  * The request lifecycle, and the only module that knows its order:
  *
- *   listen -> route (operation id) -> authenticate -> read body (capped, counted, charged
- *          to the body budget) -> decode, rewrite,
+ *   listen -> route (operation id) -> authenticate -> the identity's turn -> rate limits
+ *          -> read body (capped, counted, charged to the body budget) -> decode, rewrite,
  *          authorize (policy) -> scope to the tenant (ownership, references, owner
  *          labels, quotas, registry credentials) -> forward | hijack (answers narrowed
  *          to the tenant) -> audit record (before the answer completes; at a session's

@@ -7,8 +7,8 @@
  * connections it keeps open there. A tenant's loop of creates, pulls or `logs -f` would
  * otherwise take the engine from everyone else.
  *
- * Checked right after authentication, before the body is read: a refusal costs the
- * gateway a head and no engine round trip. Each limit is a token bucket (`rate` tokens a
+ * Checked after authentication, in the identity's turn (pipeline.ts limitRate says why),
+ * before the body is read: a refusal costs the gateway a head and no engine round trip. Each limit is a token bucket (`rate` tokens a
  * second, at most `burst` held; a request takes one) or a count of what is open (taken
  * at admission, given back when the request ends, whatever way it ends: finish()).
  * A refusal is `429` with `Retry-After`: the whole seconds until the bucket has a token
