@@ -4,7 +4,9 @@
  * worker sends its next request as soon as the last is answered): pings at concurrency
  * 32, its container list at 8, 1 MB ContainerCreate bodies the policy denies at 8 (the
  * gateway reads, counts, decodes and judges each; the engine never sees them), and all
- * three at once. Blocks alternate (alone, during, alone, during) so that drift weighs on
+ * three at once; and pings at concurrency 32 by a subject of A whose role is rate-limited
+ * (the gateway's `limited` role, 200 reads/s: most of its flood is refused with 429 after
+ * authentication, before anything else is done). Blocks alternate (alone, during, alone, during) so that drift weighs on
  * both. The engine directly, with the same ping and list floods, is the reference: what
  * B would see on an engine shared without a gateway.
  *
@@ -37,6 +39,8 @@ export interface FairnessOptions {
   /** Authorization headers of tenants A (the flood) and B (the pings). */
   a: Record<string, string>
   b: Record<string, string>
+  /** Tenant A's header for a subject whose role is rate-limited; without it that case is left out. */
+  aLimited?: Record<string, string>
   image: string
   /** B's pings per block. */
   pings: number
@@ -50,6 +54,8 @@ interface FloodKind {
   specs: Array<{ method: 'GET' | 'POST', path: string, concurrency: number, body?: Record<string, unknown>, bodyBytes?: number }>
   /** Also run against the engine directly (only floods the engine can take without a policy in front). */
   direct: boolean
+  /** A floods as its rate-limited subject (FairnessOptions.aLimited). */
+  limited?: boolean
 }
 
 function kinds (image: string): FloodKind[] {
@@ -62,6 +68,7 @@ function kinds (image: string): FloodKind[] {
     { name: 'container list, c8', specs: [list], direct: true },
     { name: '1 MB denied creates, c8', specs: [bodies], direct: false },
     { name: 'all three at once', specs: [ping, list, bodies], direct: false },
+    { name: 'pings, c32, over its rate limit', specs: [ping], direct: false, limited: true },
   ]
 }
 
@@ -90,6 +97,8 @@ function startFlood (socket: string, headers: Record<string, string>, kind: Floo
 export async function runFairness (o: FairnessOptions): Promise<FairnessCase[]> {
   const out: FairnessCase[] = []
   for (const kind of kinds(o.image)) {
+    if (kind.limited && o.aLimited === undefined) continue
+    const aHeaders = kind.limited ? o.aLimited ?? o.a : o.a
     for (const side of ['direct', 'portcullis'] as const) {
       if (side === 'direct' && !kind.direct) continue
       const socket = side === 'direct' ? o.engineSocket : o.gatewaySocket
@@ -102,7 +111,7 @@ export async function runFairness (o: FairnessOptions): Promise<FairnessCase[]> 
         await load(b, 'GET', '/_ping', Math.min(200, o.pings), 1, o.deadline)
         for (let i = 0; i < o.blocks; i++) {
           alone.push(await load(b, 'GET', '/_ping', o.pings, 1, o.deadline))
-          const stop = startFlood(socket, side === 'direct' ? {} : o.a, kind)
+          const stop = startFlood(socket, side === 'direct' ? {} : aHeaders, kind)
           try {
             // The flood at full speed before B is measured.
             await sleep(1000)

@@ -58,6 +58,9 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
     `audit: { file: ${path.join(dir, 'audit.jsonl')} }`,
     'log: { level: warn }',
     'shutdown: { graceSeconds: 2 }',
+    // The bench measures what the gateway costs, not where its rate limits cut in: none,
+    // except for identities with the role `limited` (section 7's flood over its rate limit).
+    'rates: { roles: { limited: { read: { rate: 200, burst: 400 }, write: { rate: 20, burst: 100 } } }, others: null }',
     '',
   ].join('\n'))
 

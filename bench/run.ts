@@ -831,6 +831,8 @@ async function main (): Promise<number> {
     engineSocket: engine.socket,
     a: bearer,
     b: { authorization: `Bearer ${tokenOther}` },
+    // A subject of the same tenant whose role the bench gateway rate-limits (gateway.ts).
+    aLimited: { authorization: `Bearer ${jwt.sign({ sub: 'bench-limited', tenant: settings.tenant, roles: ['tenant', 'limited'] }, secret, { algorithm: 'HS256', expiresIn: '2h' })}` },
     image: engine.image,
     pings: settings.fairnessPings,
     blocks: settings.fairnessBlocks,

@@ -146,6 +146,7 @@ t.test('the schema\'s defaults are the ones the hand-written validation gave', a
     hostPaths: 'auto',
     api: { minVersion: '1.24', maxVersion: '1.56' },
     limits: { jsonBodyBytes: 1048576, bufferedBytes: 268435456 },
+    rates: { roles: { admin: {}, tenant: { per: ['tenant'], read: { rate: 100, burst: 400 }, write: { rate: 20, burst: 200 }, transfer: { rate: 2, burst: 50 }, sessions: 64, streams: 128 } }, others: { per: ['tenant'], read: { rate: 100, burst: 400 }, write: { rate: 20, burst: 200 }, transfer: { rate: 2, burst: 50 }, sessions: 64, streams: 128 } },
     auth: {},
     policy: { dir: join(dir, 'policies') },
     audit: { file: join(dir, 'audit.jsonl'), stdout: false, level: 'metadata' },
@@ -860,6 +861,30 @@ t.test('misc types and nulls', async (t) => {
 
   const noFile = parseConfig('audit: { file: null, stdout: true }\n', '/p.yaml')
   t.same(noFile.audit, { stdout: true, level: 'metadata' }, 'audit.file: null turns the file off')
+})
+
+t.test('rates: per role, with clear problems', async (t) => {
+  const bad = (yaml: string): string[] => problemsOf(() => parseConfig(yaml, '/p.yaml'))
+  t.same(bad('rates: { roles: { tenant: { read: { rate: 0, burst: 1 }, write: { rate: 1 }, per: [tenant, tenant], sessions: -1, bogus: 1 } }, others: 5 }\n'), [
+    'rates.roles.tenant.bogus: unknown key',
+    'rates.roles.tenant.per: names a key more than once',
+    'rates.roles.tenant.read.rate: must be more than 0 requests per second (leave the class out for no limit), got number 0',
+    'rates.roles.tenant.write.burst: required: a token bucket is { rate: requests per second, burst: requests at once }',
+    'rates.roles.tenant.sessions: must be at least 0, got -1',
+    'rates.others: expected a mapping of limits or null (no limit), got number 5',
+  ])
+  t.same(bad('rates: { roles: { ci: { per: [team], read: 3, streams: 1.5 } } }\n'), [
+    'rates.roles.ci.per[0]: expected one of tenant, subject, got "team"',
+    'rates.roles.ci.read: expected a mapping { rate, burst } or null (no limit), got number 3',
+    'rates.roles.ci.streams: expected a whole number (0: none at all) or null (no limit), got number 1.5',
+  ])
+  t.same(bad('rates: { roles: { ci: { per: [] } } }\n'), ['rates.roles.ci.per: must name tenant, subject or both'])
+  const c = parseConfig('rates: { roles: { ci: { per: [subject], write: { rate: 0.5, burst: 3 }, sessions: 0 } }, others: null }\n', '/p.yaml')
+  t.same(c.rates, { roles: { ci: { per: ['subject'], write: { rate: 0.5, burst: 3 }, sessions: 0 } }, others: null }, 'roles given replace the shipped ones; others: null is no limit')
+  t.same(describeConfig(c).rates, {
+    roles: { ci: { per: ['subject'], read: 'unlimited', write: { rate: 0.5, burst: 3 }, transfer: 'unlimited', sessions: 0, streams: 'unlimited' } },
+    others: 'unlimited',
+  })
 })
 
 t.test('schema problems: one per value, in the words of the branch it was meant for', async (t) => {

@@ -20,6 +20,7 @@ import { Metrics } from '../src/metrics'
 import { createAuthenticator } from '../src/gateway/authenticate'
 import { BodyBudget } from '../src/gateway/budget'
 import { Turns } from '../src/gateway/turns'
+import { RateLimits } from '../src/gateway/rates'
 import { Tenancy } from '../src/gateway/tenancy'
 import { createUpstream } from '../src/gateway/upstream'
 import { policyAdmin } from '../src/gateway/admin'
@@ -57,17 +58,19 @@ t.before(async () => {
   await hostPaths.detect()
   inflight = new Inflight()
   const authenticator = createAuthenticator(config.auth)
+  const metrics = new Metrics({ tenants: [], listeners: config.listen.map((l) => l.name), version: 'test' })
   const deps: GatewayDeps = {
     api: config.api,
     limits: config.limits,
     budget: new BodyBudget(config.limits.bufferedBytes, config.limits.jsonBodyBytes),
     turns: new Turns(),
+    rates: new RateLimits(config.rates, (tenant, cls, limit) => { metrics.rateLimitRefused(tenant, cls, limit) }),
     upstream,
     log,
     inflight,
     authenticate: (req, l) => authenticator.authenticate(req, l),
     policy: () => policy.current,
-    metrics: new Metrics({ tenants: [], listeners: config.listen.map((l) => l.name), version: 'test' }),
+    metrics,
     audit,
     tenancy,
     admin: policyAdmin(policy),

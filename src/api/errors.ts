@@ -20,6 +20,9 @@ export const errorCatalog = {
   IDENTITY_BUSY: 429,
   /** The gateway holds all the memory it may for request bodies (limits.bufferedBytes): retry later. */
   GATEWAY_BUSY: 503,
+  // Rates
+  /** The identity (or its tenant) is over a rate limit or holds as many sessions or streams as it may (rates): retry after the time said. */
+  RATE_LIMITED: 429,
   // Identity and policy (used from the authentication issue on)
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
@@ -61,11 +64,14 @@ export class GatewayError extends Error {
    * that answer their own way.
    */
   readonly answer?: EngineAnswer
-  constructor (code: ErrorCode, message: string, options?: { cause?: unknown, answer?: EngineAnswer }) {
+  /** Whole seconds after which a retry may succeed (the `Retry-After` of a 429 or 503). */
+  readonly retryAfter?: number
+  constructor (code: ErrorCode, message: string, options?: { cause?: unknown, answer?: EngineAnswer, retryAfter?: number }) {
     super(message, options)
     this.code = code
     this.status = options?.answer?.status ?? errorCatalog[code]
     if (options?.answer) this.answer = options.answer
+    if (options?.retryAfter !== undefined) this.retryAfter = Math.max(1, Math.ceil(options.retryAfter))
   }
 }
 
@@ -93,8 +99,8 @@ export function renderError (err: GatewayError): { status: number, body: string,
       'content-type': 'application/json',
       'content-length': String(Buffer.byteLength(body)),
       ...(err.code === 'UNAUTHENTICATED' ? { 'www-authenticate': 'Bearer realm="portcullis"' } : {}),
-      // Full for a moment, not for good (RFC 9110 §10.2.3).
-      ...(err.code === 'IDENTITY_BUSY' || err.code === 'GATEWAY_BUSY' ? { 'retry-after': '1' } : {}),
+      // Full for a moment, not for good (RFC 9110 §10.2.3); a rate limit says when its next token comes.
+      ...(err.retryAfter !== undefined ? { 'retry-after': String(err.retryAfter) } : err.code === 'IDENTITY_BUSY' || err.code === 'GATEWAY_BUSY' ? { 'retry-after': '1' } : {}),
     },
   }
 }

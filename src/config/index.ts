@@ -12,8 +12,8 @@ import { isScalar, parseDocument, type Document } from 'yaml'
 import { formatHostPort } from './addresses'
 import { errorCode } from './files'
 import { validate, type UpstreamOverrides } from './resolve'
-import { AUDIT_DEFAULTS } from './schema'
-import type { Config, JsonObject, ListenerConfig, TlsFiles, UpstreamConfig } from './types'
+import { AUDIT_DEFAULTS, RATE_PER_DEFAULT } from './schema'
+import type { Config, JsonObject, JsonValue, ListenerConfig, RoleRatesConfig, TlsFiles, UpstreamConfig } from './types'
 
 export type {
   AuditConfig,
@@ -32,6 +32,8 @@ export type {
   MtlsMappingConfig,
   PolicyConfig,
   PolicyDatabaseConfig,
+  RatesConfig,
+  RoleRatesConfig,
   TcpListenerConfig,
   TcpUpstreamConfig,
   TlsFiles,
@@ -53,6 +55,8 @@ export {
   HMAC_ALGORITHMS,
   JWT_ALGORITHMS,
   LOG_LEVELS,
+  RATE_KEYS,
+  RATE_PER_DEFAULT,
   X509_SUBJECT_ATTRIBUTES,
   defaultMtlsMapping,
 } from './schema'
@@ -212,6 +216,20 @@ function auditSummary (a: Config['audit']): JsonObject {
   return out
 }
 
+/** The rates section with every role's limits; `unlimited` for what is not limited. */
+function ratesSummary (r: Config['rates']): JsonObject {
+  const role = (x: RoleRatesConfig | null): JsonValue => {
+    if (x === null) return 'unlimited'
+    const out: JsonObject = { per: [...(x.per ?? RATE_PER_DEFAULT)] }
+    for (const k of ['read', 'write', 'transfer'] as const) out[k] = x[k] ? { rate: x[k].rate, burst: x[k].burst } : 'unlimited'
+    for (const k of ['sessions', 'streams'] as const) out[k] = x[k] ?? 'unlimited'
+    return out
+  }
+  const roles: JsonObject = {}
+  for (const [name, x] of Object.entries(r.roles)) roles[name] = role(x)
+  return { roles, others: role(r.others) }
+}
+
 /**
  * A JSON-safe summary of a Config for start-up logging: no key material, and
  * the JWT secret replaced by "<redacted>".
@@ -224,6 +242,7 @@ export function describeConfig (c: Config): JsonObject {
     hostPaths: c.hostPaths,
     api: { minVersion: c.api.minVersion, maxVersion: c.api.maxVersion },
     limits: { jsonBodyBytes: c.limits.jsonBodyBytes, bufferedBytes: c.limits.bufferedBytes },
+    rates: ratesSummary(c.rates),
   }
   const auth: JsonObject = {}
   const j = c.auth.jwt

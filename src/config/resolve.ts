@@ -610,6 +610,7 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     hostPaths: file.hostPaths,
     api: apiWindow,
     limits: { jsonBodyBytes: file.limits.jsonBodyBytes, bufferedBytes: buffered ?? Math.max(BUFFERED_BYTES_DEFAULT, bufferedMin) },
+    rates: file.rates,
     auth: { ...(jwtCfg ? { jwt: jwtCfg } : {}), ...(mtlsCfg ? { mtls: mtlsCfg } : {}) },
     policy: policyCfg,
     audit: auditCfg,

@@ -157,6 +157,72 @@ export const Limits = Type.Object({
   bufferedBytes: Type.Optional(Whole({ minimum: 1 })),
 }, closed({ default: {} }))
 
+/**
+ * `rates`: per role, how fast an identity may make requests of each operation class
+ * (src/api/catalog/classes.ts: read, write, transfer), as a token bucket (`rate`
+ * requests per second, up to `burst` at once), and how many hijacked sessions and long
+ * streams it may hold open at once; src/gateway/rates.ts enforces them. `per` says
+ * whose buckets they are: each tenant's (all its subjects together; an identity
+ * without a tenant counts alone), each subject's, or both (a request takes from each).
+ * A class or cap left out (or null) is not limited; a role written `{}` is unlimited.
+ * The first role in `roles` an identity holds decides; identities with none of them
+ * get `others`.
+ */
+export const RATE_KEYS = ['tenant', 'subject'] as const
+/** Whose buckets a role's limits are when `per` is left out: each tenant's. */
+export const RATE_PER_DEFAULT: ReadonlyArray<(typeof RATE_KEYS)[number]> = Object.freeze(['tenant'])
+const RATE_HINT = 'a token bucket is { rate: requests per second, burst: requests at once }'
+export const RateBucket = Type.Object({
+  rate: Type.Number({ exclusiveMinimum: 0, maximum: 1e6, hint: RATE_HINT, messages: { exclusiveMinimum: 'must be more than 0 requests per second (leave the class out for no limit), got {got}' } }),
+  burst: Whole({ minimum: 1, hint: RATE_HINT }),
+}, closed({ expected: 'a mapping { rate, burst } or null (no limit)' }))
+const Bucket = () => Type.Optional(Type.Union([RateBucket, Type.Null()], { expected: 'a mapping { rate, burst } or null (no limit)' }))
+const Cap = () => Type.Optional(Type.Union([Whole({ minimum: 0 }), Type.Null()], { expected: 'a whole number (0: none at all) or null (no limit)' }))
+export const RoleRates = Type.Object({
+  /** Default RATE_PER_DEFAULT (applied where the limits are read: a default inside a union is not filled in). */
+  per: Type.Optional(Type.Array(OneOf(RATE_KEYS), {
+    minItems: 1,
+    uniqueItems: true,
+    expected: 'a list of tenant, subject',
+    messages: { minItems: 'must name tenant, subject or both', uniqueItems: 'names a key more than once' },
+  })),
+  read: Bucket(),
+  write: Bucket(),
+  transfer: Bucket(),
+  /** Hijacked sessions (attach, exec start, BuildKit) open at once. */
+  sessions: Cap(),
+  /** Long streams (logs -f, events, stats, pulls, wait) open at once. */
+  streams: Cap(),
+}, closed({ expected: 'a mapping of limits (per, read, write, transfer, sessions, streams)' }))
+// eslint-disable-next-line @typescript-eslint/no-redeclare
+export type RoleRates = Static<typeof RoleRates>
+
+/**
+ * The shipped limits of a tenant, and of identities with no listed role. Bursts leave a
+ * person, a compose project or a CI job room: `docker rm -f $(docker ps -aq)` sends one
+ * DELETE per container at once, `docker compose pull` one pull per service, `compose up`
+ * (attached) one attach per service and `compose logs -f` one stream each, and the CLI
+ * sends a `_ping` before every command. Sustained, a loop is held well below what one
+ * engine serves all its tenants: dockerd answers thousands of small reads a second but
+ * a few dozen creates, and a handful of pulls or builds saturate its disk and network.
+ */
+export const DEFAULT_TENANT_RATES: RoleRates = Object.freeze({
+  per: ['tenant' as const],
+  read: Object.freeze({ rate: 100, burst: 400 }),
+  write: Object.freeze({ rate: 20, burst: 200 }),
+  transfer: Object.freeze({ rate: 2, burst: 50 }),
+  sessions: 64,
+  streams: 128,
+})
+
+export const Rates = Type.Object({
+  roles: Type.Record(Type.String({ minLength: 1 }), RoleRates, {
+    default: { admin: {}, tenant: DEFAULT_TENANT_RATES },
+    expected: 'a mapping of role names to their limits',
+  }),
+  others: Type.Union([RoleRates, Type.Null()], { default: DEFAULT_TENANT_RATES, expected: 'a mapping of limits or null (no limit)' }),
+}, closed({ default: {} }))
+
 export const JwtClaims = Type.Object({
   subject: Type.Optional(Text()),
   tenant: Type.Optional(Text()),
@@ -318,6 +384,7 @@ export const ConfigFile = Type.Object({
   hostPaths: OneOf(HOST_PATH_MODES, { default: 'auto' }),
   api: Api,
   limits: Limits,
+  rates: Rates,
   auth: Auth,
   policy: Policy,
   audit: Audit,

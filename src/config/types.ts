@@ -40,6 +40,9 @@ export type LoadedTls = TlsFiles & { material: TlsMaterial }
 
 export type FixedIdentity = Static<typeof S.FixedIdentity>
 
+export type RatesConfig = Static<typeof S.Rates>
+export type RoleRatesConfig = Static<typeof S.RoleRates>
+
 interface ListenerCommon { name: string, identity?: FixedIdentity, anonymous?: boolean }
 export interface UnixListenerConfig extends ListenerCommon {
   kind: 'unix'
@@ -98,6 +101,8 @@ export interface Config {
   hostPaths: typeof S.HOST_PATH_MODES[number]
   api: { minVersion: string, maxVersion: string }
   limits: { jsonBodyBytes: number, bufferedBytes: number }
+  /** Request rates and open sessions/streams per role (schema.ts Rates; src/gateway/rates.ts). */
+  rates: RatesConfig
   auth: AuthConfig
   policy: PolicyConfig
   audit: AuditConfig

@@ -40,6 +40,8 @@ export interface RequestContext {
   hold?: BodyHold
   /** The identity's slot this request is worked on in (turns.ts). */
   turn?: Turn
+  /** Gives back the session or stream slot this request holds under the rate limits (rates.ts); called in finish(). */
+  opened?: () => void
   /** Gives back the identity's large-body lane (turns.ts), once the large body has been judged. */
   large?: () => void
   /** The request target to forward when tenancy rewrote it (full ids, owner-label filters). */

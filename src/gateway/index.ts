@@ -9,6 +9,7 @@ import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { BodyBudget } from './budget'
 import { Turns } from './turns'
+import { RateLimits } from './rates'
 import { createUpstream, engineJson, type Upstream } from './upstream'
 import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
@@ -74,7 +75,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     held: (bytes) => { metrics.bodyMemory(bytes) },
     refused: (scope, tenant) => { metrics.bodyRefused(scope, tenant) },
   })
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, hostPaths: () => hostPaths.mode, metrics, audit, tenancy, admin: policyAdmin(policy) }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), rates: new RateLimits(config.rates, (tenant, cls, limit) => { metrics.rateLimitRefused(tenant, cls, limit) }), upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, hostPaths: () => hostPaths.mode, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
@@ -130,7 +131,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       }
       const before = describeConfig(current)
       const after = describeConfig(next)
-      const restartNeeded = ['listen', 'upstream', 'hostPaths', 'api', 'limits', 'policy'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
+      const restartNeeded = ['listen', 'upstream', 'hostPaths', 'api', 'limits', 'rates', 'policy'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
       if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
       current = { ...current, log: next.log, auth: next.auth, registries: next.registries }
       log.info('configuration reloaded')

@@ -9,6 +9,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { operations } from '../api/catalog/operations'
+import { RATE_CLASSES, type RateClass } from '../api/catalog/classes'
 
 export const PREFIX = 'portcullis_'
 
@@ -30,6 +31,9 @@ export const READINESS_CHECKS = Object.freeze(['engine', 'policy'] as const)
 /** Who was full when a request body was refused for memory: the gateway as a whole, or the identity's share. */
 export const BUDGET_SCOPES = Object.freeze(['gateway', 'identity'] as const)
 export type BudgetScope = (typeof BUDGET_SCOPES)[number]
+/** Which rate limit refused a request (the classes are api/catalog/classes.ts's RATE_CLASSES). */
+export const RATE_LIMITS = Object.freeze(['rate', 'sessions', 'streams'] as const)
+export type RateLimitKind = (typeof RATE_LIMITS)[number]
 
 const OPERATION_IDS: ReadonlySet<string> = new Set(operations.map((o) => o.id))
 
@@ -115,6 +119,7 @@ export class Metrics {
   private readonly ready: Gauge<'check'>
   private readonly bodyBytesHeld: Gauge
   private readonly bodyRefusals: Counter<'scope' | 'tenant'>
+  private readonly rateLimited: Counter<'tenant' | 'class' | 'limit'>
 
   constructor (opts: MetricsOptions) {
     this.tenants = new Set(opts.tenants.filter((t) => t !== OTHER && t !== NONE))
@@ -237,6 +242,12 @@ export class Metrics {
       labelNames: ['scope', 'tenant'],
       registers,
     })
+    this.rateLimited = new Counter({
+      name: `${PREFIX}rate_limited_total`,
+      help: 'Requests refused (429) by a rate limit (rates), by tenant, operation class (read, write, transfer) and limit (rate; sessions or streams: too many open at once).',
+      labelNames: ['tenant', 'class', 'limit'],
+      registers,
+    })
     const build = new Gauge({
       name: `${PREFIX}build_info`,
       help: 'The gateway version and the Node.js version running it (always 1).',
@@ -352,6 +363,15 @@ export class Metrics {
   /** A request body refused because the gateway (`gateway`) or the identity's share (`identity`) was full. */
   bodyRefused (scope: BudgetScope, tenant: string | null): void {
     this.bodyRefusals.inc({ scope: BUDGET_SCOPES.includes(scope) ? scope : 'gateway', tenant: this.tenantLabel(tenant) })
+  }
+
+  /** A request refused by a rate limit: its tenant, its operation's class, and which limit (rate, sessions, streams). */
+  rateLimitRefused (tenant: string | null, rateClass: RateClass, limit: RateLimitKind): void {
+    this.rateLimited.inc({
+      tenant: this.tenantLabel(tenant),
+      class: RATE_CLASSES.includes(rateClass) ? rateClass : 'write',
+      limit: RATE_LIMITS.includes(limit) ? limit : 'rate',
+    })
   }
 
   /** Records the outcome of a readiness check (portcullis_ready). */
