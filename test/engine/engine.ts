@@ -373,8 +373,12 @@ export async function ensureImage (info: EngineInfo): Promise<void> {
   const root = path.join(info.dir, 'image-rootfs')
   const tar = path.join(info.dir, 'image.tar')
   fs.rmSync(root, { recursive: true, force: true })
-  for (const d of ['bin', 'etc', 'tmp']) fs.mkdirSync(path.join(root, d), { recursive: true })
+  for (const d of ['bin', 'etc', 'tmp', 'data']) fs.mkdirSync(path.join(root, d), { recursive: true })
   fs.chmodSync(path.join(root, 'tmp'), 0o1777)
+  // Tenants' containers run as an unprivileged uid (tenancy.yaml users): /data is where the
+  // tests mount volumes, writable by any user as an image made for a non-root user prepares
+  // its volume paths (the engine copies the mode to an empty volume mounted there).
+  fs.chmodSync(path.join(root, 'data'), 0o1777)
   fs.copyFileSync(BUSYBOX, path.join(root, 'bin/busybox'))
   fs.chmodSync(path.join(root, 'bin/busybox'), 0o755)
   const applets = (await run(BUSYBOX, ['--list'])).split('\n').filter((a) => a && a !== 'busybox')
