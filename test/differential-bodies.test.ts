@@ -628,7 +628,7 @@ t.test(`ContainerCreate: what the engine stores for a body, directly and through
 
 t.test(`ContainerUpdate: the resources the engine stores, directly and through the gateway (seed ${SEED})`, async (t) => {
   /** Three like containers of A's, as a tenant's create leaves them (its defaults and owner labels): one per way. */
-  const spec = { Image: IMAGE, Cmd: ['sleep', '600'], Labels: { [TENANT_LABEL]: TA, [SUBJECT_LABEL]: SUBJECT }, HostConfig: { Memory: GiB, PidsLimit: 1024, SecurityOpt: ['no-new-privileges'], CgroupnsMode: 'private' } }
+  const spec = { Image: IMAGE, Cmd: ['sleep', '600'], User: TENANT_USER, Labels: { [TENANT_LABEL]: TA, [SUBJECT_LABEL]: SUBJECT }, HostConfig: { Memory: GiB, PidsLimit: 1024, SecurityOpt: ['no-new-privileges'], CgroupnsMode: 'private' } }
   const fresh = async (): Promise<string> => { const r = await direct('POST', '/containers/create', spec); if (r.status !== 201) throw new Error(message(r)); return String(r.json.Id) }
   let ids = await Promise.all(WHO.map(fresh))
   const inspect = async (id: string): Promise<Doc> => (await direct('GET', `/containers/${id}/json`)).json
