@@ -6,7 +6,8 @@
  * the gateway to the real engines (the plain one; the swarm manager for services); a
  * refusal names its rule and leaves nothing on the engine; what runs is checked on the
  * engine's stored document and on the process itself (/proc/<pid>/status: dockerd
- * shares the host's PID namespace).
+ * shares the host's PID namespace). Last, a private engine with --userns-remap: there
+ * root in a container is an unprivileged host uid, and users.rootWhenRemapped decides.
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
@@ -17,6 +18,7 @@ import t, { type Test } from 'tap'
 import { CLI28, engine, policiesWith, request, run, startTestGateway, swarmEngine, type RawReply, type TestGateway } from './helpers/gateway'
 import { compileTenancy, DEFAULT_TENANCY, rootGranted, userOf } from '../src/policy/tenancy'
 import { remapsUsers } from '../src/gateway/tenancy/lookup'
+import { REMAP_BASE, startEngine, stopEngine } from './engine/engine'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
@@ -303,4 +305,48 @@ t.test('services: the task template\'s user is the tenant\'s; root is refused', 
   const granted = await asSwarm('POST', '/v1.41/services/create', { Name: fresh('svcroot'), Mode: { Replicated: { Replicas: 0 } }, TaskTemplate: { ContainerSpec: { Image: swarmEngine().image, User: 'root' } } }, sign(ROOT))
   t.equal(granted.status, 201, `a tenant granted root: a root service (${granted.text.trim()})`)
   if (granted.status === 201) services.push(granted.json.ID)
+})
+
+t.test('an engine with --userns-remap: root is an unprivileged host uid, and rootWhenRemapped decides', async (t) => {
+  const dir = fs.mkdtempSync('/tmp/pcx-')
+  const remap = await startEngine(dir, { usernsRemap: true })
+  t.teardown(async () => { await stopEngine(remap) })
+  const strict = policiesWith((text) => text.replace(/^ {2}rootWhenRemapped: true$/m, '  rootWhenRemapped: false'))
+  const rgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${remap.socket}`, policyDir)
+  const sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${remap.socket}`, strict)
+  t.teardown(async () => { await rgw.close(); await sgw.close() })
+  attempts++
+  t.equal(remapsUsers((await request(remap.socket, 'GET', '/info')).json), true, 'the engine\'s /info says name=userns')
+
+  const viaGateway = (g: TestGateway) => async (m: string, p: string, b?: object, token = TOKEN): Promise<RawReply> => await request(g.socket, m, p, b, { token })
+  /** Create and start through `g`; the stored user and the host ids of its process. */
+  const runOn = async (g: TestGateway, body: object): Promise<{ status: number, text: string, id?: string, user?: string, ids?: ReturnType<typeof processIds> }> => {
+    attempts++
+    const r = await viaGateway(g)('POST', `/v1.41/containers/create?name=${fresh('remap')}`, { Image: remap.image, Cmd: ['sleep', '600'], ...body })
+    if (r.status !== 201) return { status: r.status, text: r.text }
+    await request(remap.socket, 'POST', `/containers/${r.json.Id as string}/start`)
+    const doc = (await request(remap.socket, 'GET', `/containers/${r.json.Id as string}/json`)).json
+    return { status: r.status, text: r.text, id: r.json.Id, user: doc.Config.User, ids: processIds(doc.State.Pid) }
+  }
+
+  const root = await runOn(rgw, { User: '0:0' })
+  t.equal(root.status, 201, `rootWhenRemapped: a tenant's User 0:0 is let through (${root.text.trim()})`)
+  t.same(root.ids, { uid: String(REMAP_BASE), gid: String(REMAP_BASE), groups: String(REMAP_BASE) }, 'root in the container is host uid and gid 300000')
+  const unset = await runOn(rgw, {})
+  t.equal(unset.user, '', 'no user is left to the image\'s')
+  t.equal(unset.ids?.uid, String(REMAP_BASE), 'which is root in the container, host uid 300000')
+  attempts++
+  const e = await viaGateway(rgw)('POST', `/v1.41/containers/${unset.id ?? 'none'}/exec`, { Cmd: ['id'], User: 'root' })
+  t.equal(e.status, 201, `an exec as root too (${e.text.trim()})`)
+  if (e.status === 201) t.equal((await request(remap.socket, 'GET', `/exec/${e.json.Id as string}/json`)).json.ProcessConfig?.user, 'root', 'stored as asked')
+  attempts++
+  const e2 = await viaGateway(sgw)('POST', `/v1.41/containers/${unset.id ?? 'none'}/exec`, { Cmd: ['id'], User: 'root' })
+  t.equal(e2.status, 403, 'rootWhenRemapped false: an exec as root is refused')
+
+  const refused = await runOn(sgw, { User: '0:0' })
+  t.equal(refused.status, 403, 'rootWhenRemapped false: refused on the remapping engine too')
+  t.match(refused.text, ruleOf('tenant-user'))
+  const mapped = await runOn(sgw, {})
+  t.equal(mapped.user, '65534:65534', 'and no user is the tenant\'s (users.default)')
+  t.equal(mapped.ids?.uid, String(REMAP_BASE + 65534), 'host uid 300000 + 65534')
 })
