@@ -49,6 +49,8 @@ const UNSIGNED_ADMIN = `${b64({ alg: 'none', typ: 'JWT' })}.${b64({ sub: 'mallor
 // Host paths. The tenant's prefix in the shipped policy is /srv/portcullis/<tenant>.
 const TENANT_DIR = '/srv/portcullis/team-a'
 const HOST_DIR = `${TENANT_DIR}/${PREFIX}`
+/** The uid and gid team-a's processes run as: tenancy.yaml users.default. */
+const TENANT_UID = 65534
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcat-'))
 /** A host directory outside the tenant's prefix, holding a secret. */
 const OUTSIDE = path.join(tmp, 'outside')
@@ -256,6 +258,9 @@ t.before(async () => {
   for (const dir of ['/srv', '/srv/portcullis', TENANT_DIR, HOST_DIR]) {
     if (!fs.existsSync(dir)) { fs.mkdirSync(dir); madeDirs.push(dir) }
   }
+  // The tenant's processes run as its uid:gid (tenancy.yaml users: 65534:65534 as shipped),
+  // not root: its host directory is its own, as an operator would set it up.
+  fs.chownSync(HOST_DIR, TENANT_UID, TENANT_UID)
   fs.mkdirSync(OUTSIDE)
   fs.mkdirSync(path.join(tmp, 'outside-2'))
   fs.writeFileSync(path.join(OUTSIDE, 'secret'), SECRET_TEXT)
@@ -419,9 +424,14 @@ const attacks: Attack[] = [
   forbid('PidsLimit -1 (unlimited)', create({ PidsLimit: -1 }), 'pids-limit'),
 
   // Exec
-  ...['root', '0', '0:0', 'root:root'].map((user) => forbid(`exec as User "${user}"`, exec({ User: user }), 'no-root-exec')),
-  ...['00', '+0'].map((user) => forbid(`exec as User "${user}" (parsed as uid 0)`, exec({ User: user }), 'no-root-exec')),
-  ...['1000:0', '65534:root'].map((user) => forbid(`exec as User "${user}" (group root)`, exec({ User: user }), 'no-root-exec')),
+  // root is tenancy.yaml's (users): uid or gid 0 by rule tenant-user, names (which the container's
+  // /etc/passwd resolves, "+0" included) by numeric-user
+  ...['0', '0:0'].map((user) => tenancy(`exec as User "${user}"`, exec({ User: user }), 'tenant-user')),
+  ...['root', 'root:root'].map((user) => tenancy(`exec as User "${user}"`, exec({ User: user }), 'numeric-user')),
+  tenancy('exec as User "00" (parsed as uid 0)', exec({ User: '00' }), 'tenant-user'),
+  tenancy('exec as User "+0" (parsed as uid 0)', exec({ User: '+0' }), 'numeric-user'),
+  tenancy('exec as User "1000:0" (group root)', exec({ User: '1000:0' }), 'tenant-user'),
+  tenancy('exec as User "65534:root" (group root)', exec({ User: '65534:root' }), 'numeric-user'),
   forbid('privileged exec', exec({ Privileged: true, User: '1000' }), 'no-privileged-exec'),
   forbid('privileged exec, lower-case key', { req: { target: `/v1.41/containers/${BOX}/exec`, body: '{"Cmd":["id"],"privileged":true,"User":"1000"}' } }, 'no-privileged-exec'),
   refuse('exec with "User" and "user"', { req: { target: `/v1.41/containers/${BOX}/exec`, body: '{"Cmd":["id"],"User":"1000","user":"0"}' } }, 400, /duplicate field User/),
@@ -585,12 +595,16 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     await docker(t, ['rm', '-f', name])
   }],
   ['run with an allowed capability (NET_BIND_SERVICE) and nothing else', async (t) => {
-    const out = await docker(t, ['run', '--rm', '--cap-drop', 'ALL', '--cap-add', 'NET_BIND_SERVICE', IMAGE, 'grep', 'CapEff', '/proc/self/status'])
-    t.match(out, /^CapEff:\s+0000000000000400$/m, 'only CAP_NET_BIND_SERVICE')
+    // The container's capability set is its bounding set: a non-root process (tenancy.yaml
+    // users) holds none of them effective, the engine sets no ambient capabilities.
+    const out = await docker(t, ['run', '--rm', '--cap-drop', 'ALL', '--cap-add', 'NET_BIND_SERVICE', IMAGE, 'grep', '^Cap', '/proc/self/status'])
+    t.match(out, /^CapBnd:\s+0000000000000400$/m, 'only CAP_NET_BIND_SERVICE')
+    t.match(out, /^CapEff:\s+0000000000000000$/m, 'none effective for the tenant\'s uid')
   }],
   ['bind a host directory under /srv/portcullis/team-a (created on this host before the bind)', async (t) => {
     const dir = path.join(HOST_DIR, 'work')
     fs.mkdirSync(dir)
+    fs.chownSync(dir, TENANT_UID, TENANT_UID)
     fs.writeFileSync(path.join(dir, 'from-host'), 'written on the host\n')
     const out = await docker(t, ['run', '--rm', '-v', `${dir}:/data`, IMAGE, 'sh', '-c', 'cat /data/from-host; echo written in the container > /data/from-container'])
     t.equal(out, 'written on the host\n', 'the engine (in its own mount namespace) sees the directory made on the host')
@@ -599,7 +613,7 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
   ['exec as a non-root user', async (t) => {
     t.match(await docker(t, ['exec', '-u', '1000:1000', WORK, 'id']), /^uid=1000 gid=1000/)
   }],
-  ['exec with no User, or User "", runs as 65534 (the tenant-exec-user rewrite)', async (t) => {
+  ['exec with no User, or User "", runs as 65534 (its container\'s user: tenancy.yaml users.default)', async (t) => {
     for (const [what, user] of [['no User', {}], ['User ""', { User: '' }]] as const) {
       const id = await created(t, { target: `/v1.41/containers/${WORK}/exec`, body: JSON.stringify({ Cmd: ['id', '-u'], AttachStdout: true, ...user }) })
       t.equal((await direct('GET', `/exec/${id}/json`)).json.ProcessConfig?.user, '65534:65534', `${what}: the engine stored User 65534:65534`)
@@ -855,7 +869,7 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     await created(t, { target, body: `{"image":${JSON.stringify(IMAGE)},"cmd":["echo","lower"],"hostconfig":{"memory":33554432}}` }, rec.gw.socket)
     const forwarded = rec.bodies.get(`POST ${target}`) ?? Buffer.alloc(0)
     const body = JSON.parse(forwarded.toString()) as Doc
-    t.same(body, { Image: IMAGE, Cmd: ['echo', 'lower'], HostConfig: { Memory: 33554432, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private', ShmSize: 67108864, LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } } }, Labels: OWNER }, 'the engine received the canonical, rewritten body')
+    t.same(body, { Image: IMAGE, Cmd: ['echo', 'lower'], User: `${TENANT_UID}:${TENANT_UID}`, HostConfig: { Memory: 33554432, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private', ShmSize: 67108864, LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } } }, Labels: OWNER }, 'the engine received the canonical, rewritten body')
     t.equal(forwarded.toString(), JSON.stringify(body), 'as compact JSON, nothing else')
     const c = await inspect('container', name)
     t.same([c.Config.Image, c.Config.Cmd, c.HostConfig.Memory], [IMAGE, ['echo', 'lower'], 33554432], 'and stored that Image, Cmd and Memory')

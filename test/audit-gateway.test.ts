@@ -202,9 +202,10 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     const owner = c.rewrites.find((w) => w.id === 'tenancy')
     t.ok(owner, `owner labels recorded as the tenancy rewrite (${c.rewrites.map((w) => w.id).join(', ')})`)
     t.same(owner?.patch, [
+      { op: 'add', path: '/User', value: '65534:65534' },
       { op: 'add', path: '/Labels/io.portcullis.tenant', value: 'team-a' },
       { op: 'add', path: '/Labels/io.portcullis.subject', value: 'trudy' },
-    ], 'its JSON patch')
+    ], 'its JSON patch: the tenant\'s user (tenancy.yaml users) and the owner labels')
     t.ok(c.rewrites.some((w) => w.id === 'tenant-safe-defaults'), 'tenant-safe-defaults recorded too')
     t.notOk('body' in c, 'level metadata: no body')
   })
@@ -272,9 +273,10 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
       status: 201,
       resource: { kind: 'container', id: c },
       command: ['sh', '-c', 'exit 3'],
-      security: { privileged: false, user: '65534:65534' },
+      // what the policy evaluated: the CLI's "User":"" (who the exec runs as is the tenancy stage's)
+      security: { privileged: false, user: '' },
     })
-    t.ok(create[0].rewrites.some((w) => w.id === 'tenant-exec-user'), 'the exec user default recorded as a rewrite')
+    t.ok(create[0].rewrites.some((w) => w.id === 'tenancy' && w.patch.some((p) => p.path === '/User' && p.value === '65534:65534')), 'the tenant\'s user recorded in the tenancy rewrite')
     const start = rs.filter((x) => x.operation === 'ExecStart')
     t.same(start.map((x) => x.event), ['session.start', 'session.end'], 'ExecStart: session.start and session.end')
     const [s, e] = start

@@ -465,15 +465,34 @@ function tenantViolations (doc: Doc): string[] {
   if (!(Number(hc.PidsLimit) > 0)) out.push(`PidsLimit ${String(hc.PidsLimit)}`)
   if (!(Number(hc.Memory) > 0 && Number(hc.Memory) <= MEMORY_QUOTA)) out.push(`Memory ${String(hc.Memory)}`)
   if (!ownerOk(doc.Config?.Labels)) out.push(`owner labels ${JSON.stringify(doc.Config?.Labels)}`)
+  if (!tenantRuns(doc.Config?.User)) out.push(`User ${JSON.stringify(doc.Config?.User)}`)
+  for (const g of hc.GroupAdd ?? []) if (!/^[0-9]+$/.test(String(g)) || Number(g) === 0) out.push(`GroupAdd ${String(g)}`)
   return out
 }
+
+/**
+ * tenancy.yaml users as shipped (users.default 65534:65534, no tenant granted root): the
+ * user a tenant's container, exec or task runs as for the user the body names, or null
+ * where the gateway must refuse it (uid or gid 0, a name, which the container's own
+ * /etc/passwd resolves). No user: 65534:65534; a lone uid: the tenant's gid.
+ */
+const TENANT_USER = '65534:65534'
+function tenantUser (u: string): string | null {
+  if (u === '') return TENANT_USER
+  const parts = u.split(':')
+  if (parts.length > 2 || !parts.every((p) => /^[0-9]+$/.test(p)) || parts.some((p) => Number(p) === 0)) return null
+  return parts.length === 2 ? u : `${u}:65534`
+}
+/** A user a tenant's process may run as: a numeric uid:gid, neither 0. */
+const tenantRuns = (u: unknown): boolean => typeof u === 'string' && /^[0-9]+:[0-9]+$/.test(u) && tenantUser(u) === u
 
 const withoutOwner = (labels: Doc | null | undefined): Doc => Object.fromEntries(Object.entries(labels ?? {}).filter(([k]) => k !== TENANT_LABEL && k !== SUBJECT_LABEL))
 
 /**
  * What a tenant's create stores that must equal what the engine stored for the body
  * itself: everything the tenant's rewrites and owner labels leave alone (Memory and
- * PidsLimit unless zero, SecurityOpt plus no-new-privileges).
+ * PidsLimit unless zero, SecurityOpt plus no-new-privileges), and the user the tenant's
+ * users give it.
  */
 function createKept (doc: Doc, tenant: boolean, directDoc: Doc): unknown {
   const hc = doc.HostConfig
@@ -487,7 +506,8 @@ function createKept (doc: Doc, tenant: boolean, directDoc: Doc): unknown {
   out.Runtime = hc.Runtime ?? 'runc'
   if (Number(dhc.PidsLimit) > 0) out.PidsLimit = hc.PidsLimit
   out.SecurityOpt = tenant ? hc.SecurityOpt : [...(dhc.SecurityOpt ?? []), ...((dhc.SecurityOpt ?? []).includes('no-new-privileges') ? [] : ['no-new-privileges'])]
-  out.User = doc.Config.User
+  // the tenant's user (tenancy.yaml users) in place of what the engine would run as
+  out.User = tenant ? doc.Config.User : tenantUser(String(doc.Config.User ?? ''))
   out.Image = doc.Config.Image
   out.Cmd = doc.Config.Cmd
   out.Env = doc.Config.Env
@@ -608,7 +628,7 @@ t.test(`ContainerCreate: what the engine stores for a body, directly and through
 
 t.test(`ContainerUpdate: the resources the engine stores, directly and through the gateway (seed ${SEED})`, async (t) => {
   /** Three like containers of A's, as a tenant's create leaves them (its defaults and owner labels): one per way. */
-  const spec = { Image: IMAGE, Cmd: ['sleep', '600'], Labels: { [TENANT_LABEL]: TA, [SUBJECT_LABEL]: SUBJECT }, HostConfig: { Memory: GiB, PidsLimit: 1024, SecurityOpt: ['no-new-privileges'], CgroupnsMode: 'private' } }
+  const spec = { Image: IMAGE, Cmd: ['sleep', '600'], User: TENANT_USER, Labels: { [TENANT_LABEL]: TA, [SUBJECT_LABEL]: SUBJECT }, HostConfig: { Memory: GiB, PidsLimit: 1024, SecurityOpt: ['no-new-privileges'], CgroupnsMode: 'private' } }
   const fresh = async (): Promise<string> => { const r = await direct('POST', '/containers/create', spec); if (r.status !== 201) throw new Error(message(r)); return String(r.json.Id) }
   let ids = await Promise.all(WHO.map(fresh))
   const inspect = async (id: string): Promise<Doc> => (await direct('GET', `/containers/${id}/json`)).json
@@ -673,12 +693,13 @@ t.test(`ContainerExec: the exec the engine stores, directly and through the gate
     if (diff !== null) differ('ContainerExec', shown, diff)
     if (a.doc !== undefined) {
       const p = a.doc.ProcessConfig
-      if (p.privileged === true || p.user === '' || rootUser(String(p.user))) differ('ContainerExec', shown, `tenant's exec let through: ${JSON.stringify(p)}`)
+      if (p.privileged === true || !tenantRuns(p.user) || rootUser(String(p.user))) differ('ContainerExec', shown, `tenant's exec let through: ${JSON.stringify(p)}`)
       if (d.doc !== undefined) {
         const dp = d.doc.ProcessConfig
         if (dp.privileged === true || rootUser(String(dp.user))) differ('ContainerExec', shown, `tenant let through an exec the engine stores as ${JSON.stringify(dp)}`)
-        const kept = (x: Doc): unknown => ({ ...x.ProcessConfig, user: dp.user === undefined || dp.user === '' ? undefined : x.ProcessConfig.user })
-        if (!isDeepStrictEqual(kept(d.doc), kept(a.doc))) differ('ContainerExec', shown, `tenant's exec differs: engine ${JSON.stringify(dp)}, tenant ${JSON.stringify(p)}`)
+        // The container runs as the image's root: an exec without a user gets the tenant's (users.ts).
+        const kept = (x: Doc, tenant: boolean): unknown => ({ ...x.ProcessConfig, user: tenant ? x.ProcessConfig.user : tenantUser(String(x.ProcessConfig.user ?? '')) })
+        if (!isDeepStrictEqual(kept(d.doc, false), kept(a.doc, true))) differ('ContainerExec', shown, `tenant's exec differs: engine ${JSON.stringify(dp)}, tenant ${JSON.stringify(p)}`)
       }
       count('ContainerExec: tenant let through')
     } else { count(`ContainerExec: tenant refused (${a.status})`); debug(`ContainerExec tenant ${a.status} ${a.message} | engine ${d.status} ${d.message} | ${shown}`) }
@@ -776,7 +797,6 @@ t.test(`ServiceCreate: the spec the swarm stores, directly and through the gatew
     const cs = spec.TaskTemplate?.ContainerSpec
     return { ...spec, Name: undefined, Labels: withoutOwner(spec.Labels), TaskTemplate: { ...spec.TaskTemplate, ContainerSpec: cs === undefined ? cs : { ...cs, Labels: withoutOwner(cs.Labels) } } }
   }
-  const numeric = (u: string): boolean => u === '' || /^[0-9]+(:[0-9]+)?$/.test(u)
   function serviceViolations (spec: Doc): string[] {
     const cs = spec.TaskTemplate?.ContainerSpec ?? {}
     const limits = spec.TaskTemplate?.Resources?.Limits ?? {}
@@ -792,7 +812,7 @@ t.test(`ServiceCreate: the spec the swarm stores, directly and through the gatew
     if (['unconfined', 'custom'].includes(cs.Privileges?.Seccomp?.Mode)) out.push('seccomp')
     if (cs.Privileges?.AppArmor?.Mode === 'disabled') out.push('AppArmor disabled')
     if ((spec.TaskTemplate?.Networks ?? []).some((n: Doc) => n.Target === hostNet)) out.push('host network')
-    if (!numeric(String(cs.User ?? ''))) out.push(`User ${String(cs.User)}`)
+    if (!tenantRuns(cs.User)) out.push(`User ${String(cs.User)}`)
     for (const g of cs.Groups ?? []) if (!/^[0-9]+$/.test(String(g)) || Number(g) === 0) out.push(`group ${String(g)}`)
     if (!(Number(limits.Pids) > 0)) out.push(`Pids ${String(limits.Pids)}`)
     if (!(Number(limits.MemoryBytes) > 0)) out.push(`MemoryBytes ${String(limits.MemoryBytes)}`)
@@ -823,7 +843,10 @@ t.test(`ServiceCreate: the spec the swarm stores, directly and through the gatew
           const limits = d.doc!.TaskTemplate?.Resources?.Limits ?? {}
           const l = x.TaskTemplate?.Resources?.Limits ?? {}
           const logDriver = d.doc!.TaskTemplate?.LogDriver !== undefined ? x.TaskTemplate?.LogDriver : undefined
-          return { ...x, TaskTemplate: { ...x.TaskTemplate, LogDriver: logDriver, Resources: { ...x.TaskTemplate?.Resources, Limits: { ...l, MemoryBytes: Number(limits.MemoryBytes) > 0 ? l.MemoryBytes : undefined, Pids: Number(limits.Pids) > 0 ? l.Pids : undefined } } } }
+          // the tenant's user (tenancy.yaml users) where the engine would run the image's
+          const cs = x.TaskTemplate?.ContainerSpec
+          const user = spec === d.doc ? tenantUser(String(cs?.User ?? '')) : cs?.User
+          return { ...x, TaskTemplate: { ...x.TaskTemplate, ...(cs !== undefined ? { ContainerSpec: { ...cs, User: user } } : {}), LogDriver: logDriver, Resources: { ...x.TaskTemplate?.Resources, Limits: { ...l, MemoryBytes: Number(limits.MemoryBytes) > 0 ? l.MemoryBytes : undefined, Pids: Number(limits.Pids) > 0 ? l.Pids : undefined } } } }
         }
         if (!isDeepStrictEqual(kept(d.doc), kept(a.doc))) differ('ServiceCreate', shown, `tenant's service differs:\n  engine: ${JSON.stringify(kept(d.doc))}\n  tenant: ${JSON.stringify(kept(a.doc))}`)
       }

@@ -533,6 +533,13 @@ networks:
       t.equal(ownerIn(c), TA, 'with A\'s owner label')
       const hc = (await podman('GET', `/libpod/containers/${P}-made/json`)).body?.HostConfig
       t.same([hc?.Memory, hc?.PidsLimit, hc?.SecurityOpt?.includes('no-new-privileges')], [1073741824, 1024, true], 'and the tenant\'s safe defaults: 1 GiB, 1024 PIDs, no-new-privileges')
+      t.equal((await podman('GET', `/libpod/containers/${P}-made/json`)).body?.Config?.User, '65534:65534', 'and no user: the tenant\'s uid:gid (tenancy.yaml users)')
+      for (const [spec, rule] of [[{ user: '0' }, 'tenant-user'], [{ user: 'root' }, 'numeric-user'], [{ user: '1000:1000', groups: ['0'] }, 'tenant-user']] as const) {
+        const r = await ask(socks.a, 'POST', `${v}/containers/create`, { image: pm.image, command: ['true'], ...spec })
+        t.match(`${r.status} ${r.text}`, new RegExp(`^403 .*rule ${rule}`), `SpecGenerator ${JSON.stringify(spec)}: refused by ${rule}`)
+      }
+      const rootExec = await ask(socks.a, 'POST', `${v}/containers/${a}/exec`, { Cmd: ['id'], User: '0' })
+      t.match(`${rootExec.status} ${rootExec.text}`, /^403 .*rule tenant-user/, 'a libpod exec as 0: refused by tenant-user')
       t.equal((await ask(socks.a, 'DELETE', `${v}/containers/${P}-made`)).status, 200, 'A removes it through libpod')
       t.equal((await ask(socks.a, 'GET', `${v}/pods/json`)).text.trim(), '[]', 'A sees no pods')
       t.equal((await ask(socks.a, 'GET', `${v}/info`)).status, 403, 'libpod info: refused')

@@ -2,7 +2,7 @@
  * The shipped policy as the real docker CLIs (28, and Debian's 20.10) meet it, one bearer
  * token per role in config.json `HttpHeaders`: an admin may run privileged containers, a
  * tenant is refused with the gateway's message naming the rule (and works in its own
- * container: exec runs as 65534 by default, docker cp copies in; its prunes remove only
+ * container: exec runs as 65534 by default (tenancy.yaml users), docker cp copies in; its prunes remove only
  * its own objects), a read-only auditor of the same tenant may look but not read or
  * change, and a CI runner's push is forwarded (and fails at the registry, there is none)
  * where a tenant's is refused.
@@ -100,11 +100,9 @@ const checks: Check[] = [
     refused: new RegExp(`${deniedBy('ContainerCreate', 'no-privileged', 'trudy in tenant team-a').source}: matched privileged true \\(HostConfig\\.Privileged, --privileged\\); allowed: privileged false or unset; also denied by capabilities \\(base\\.csv\\)\\.?\n`),
     unseen: /pcpc-secret-value/,
   },
-  {
-    role: 'tenant',
-    args: () => ['exec', '-u', 'root', TARGET, 'id'],
-    refused: new RegExp(`${deniedBy('ContainerExec', 'no-root-exec', 'trudy in tenant team-a').source}: matched user root \\(User, --user\\); allowed: user with neither user nor group root \\(0\\), e\\.g\\. 1000:1000\n`),
-  },
+  // Who a tenant runs as is tenancy.yaml's (users): root and names are refused there, by rule.
+  { role: 'tenant', args: () => ['exec', '-u', 'root', TARGET, 'id'], refused: /^Error response from daemon: exec User "root": tenants give users and groups as numbers \(uid:gid, e\.g\. 65534:65534\).* \(rule numeric-user\)\n$/ },
+  { role: 'tenant', args: () => ['exec', '-u', '1000:0', TARGET, 'id'], refused: /^Error response from daemon: exec User "1000:0": the root group \(gid 0\) is not available to tenant team-a; .* \(rule tenant-user\)\n$/ },
   // The build cache carries no owner: a tenant's prune is answered by the gateway, nothing deleted.
   { role: 'tenant', args: () => ['builder', 'prune', '-f', '--filter', `label=pcpc-never=${TARGET}`], ok: /^Total reclaimed space:\s+0B$/m },
   { role: 'readonly', args: () => ['ps', '--filter', `name=${TARGET}`, '--format', '{{.Names}}'], ok: new RegExp(`^${TARGET}$`) },
@@ -148,7 +146,7 @@ for (const [version, cli] of [['28', CLI28], ['20.10', CLI20]] as const) {
       const started = await as('tenant', cli, ['run', '-d', '--name', name, IMAGE, 'sleep', '600'])
       t.equal(started.code, 0, 'docker run -d', { stderr: started.stderr })
       const id = await as('tenant', cli, ['exec', name, 'id', '-u'])
-      t.same([id.code, id.stdout.toString()], [0, '65534\n'], 'the CLI sends "User":"" and the exec runs as 65534 (the tenant-exec-user default)', { stderr: id.stderr })
+      t.same([id.code, id.stdout.toString()], [0, '65534\n'], 'the CLI sends "User":"" and the exec runs as 65534 (the container\'s user: tenancy.yaml users.default)', { stderr: id.stderr })
       const file = path.join(tmp, `cp-in-${version}`)
       fs.writeFileSync(file, `copied in by docker ${version}\n`)
       const cp = await as('tenant', cli, ['cp', file, `${name}:/tmp/cp-in`])

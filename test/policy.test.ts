@@ -97,8 +97,7 @@ t.test('denials explain themselves from the condition and the facts', async (t) 
   t.notMatch(JSON.stringify(create), /hunter2/, 'no environment value')
   t.same(await reasons('ContainerExec', 'exec', { Cmd: ['id'], User: '1000:0', Privileged: true }), {
     'no-privileged-exec': 'privileged true (Privileged, --privileged); privileged false or unset',
-    'no-root-exec': 'user 1000:0 (User, --user); user with neither user nor group root (0), e.g. 1000:1000',
-  })
+  }, 'root is not the policy\'s to refuse: tenancy.yaml users (test/tenant-users)')
   t.same(await reasons('ImageBuild', 'build', undefined, 'networkmode=host'), {
     'build-network': 'buildNetwork host (networkmode, docker build --network); buildNetwork unset, default, bridge or none',
   })
@@ -110,8 +109,13 @@ t.test('denials explain themselves from the condition and the facts', async (t) 
     'p, tenant, *, ContainerPrune, *, deny, no-container-prune, true',
     'p, tenant, *, ContainerCreate, *, deny, no-secret-env, "anyStartsWith(r.obj.body.Env, \'AWS_SECRET\')"',
     'p, tenant, *, ContainerCreate, *, deny, odd-shape, "r.obj.memory * 2 > 100"',
+    'p, tenant, *, ContainerExec*, *, deny, no-root-exec, isRoot(r.obj.user)',
   ].join('\n') + '\n')
   const custom = await loadPolicy(dir)
+  // An operator's own root rule (isRoot) explains itself too.
+  const exec = await custom.evaluate(who, { op: 'ContainerExec', kind: 'exec', resource: '', query: new URLSearchParams(), body: { Cmd: ['id'], User: '1000:0' } })
+  const rootWhy = Object.fromEntries((await custom.trace(who, 'ContainerExec', 'exec', exec.input)).flatMap((l) => l.deniedBy).map((m) => [m.rule, m.reason]))
+  t.same(rootWhy['no-root-exec'], { matched: ['user 1000:0 (User, --user)'], allowed: ['user with neither user nor group root (0), e.g. 1000:1000'] })
   const ev = await custom.evaluate(who, { op: 'ContainerCreate', kind: 'container', resource: '', query: new URLSearchParams(), body: { Image: 'x', Env: ['AWS_SECRET_KEY=pcp-hidden'], HostConfig: { Memory: 1 << 20 } } })
   const why = Object.fromEntries((await custom.trace(who, 'ContainerCreate', 'container', ev.input)).flatMap((l) => l.deniedBy).map((m) => [m.rule, m.reason]))
   t.same(why['no-secret-env'], { matched: ['body.Env (value not shown)'], allowed: ['body.Env not starting with AWS_SECRET'] }, 'the body field is named, its value is not')

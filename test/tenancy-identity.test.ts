@@ -3,8 +3,8 @@
  * runtime from the container's own /etc/passwd and /etc/group, which a tenant controls
  * (any image it builds). Here the tenant's container maps `someone` to uid 0 and `wheel`
  * to gid 0: directly, `docker exec -u someone` is root; through the gateway a tenant
- * names users and groups by number only, and no supplementary group 0 (GroupAdd, a
- * service's Groups) is accepted. On the real (plain) engine, the engine's state checked.
+ * names users and groups by number only (rule numeric-user), and no group 0 (GroupAdd, a
+ * service's Groups) is accepted (rule tenant-user: tenancy.yaml users, test/tenant-users). On the real (plain) engine, the engine's state checked.
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
@@ -59,19 +59,19 @@ t.test('exec: users and groups by number only', async (t) => {
 })
 
 t.test('GroupAdd and a service\'s User and Groups', async (t) => {
-  for (const groups of [['wheel'], ['0'], ['1000', 'root']]) {
+  for (const [groups, rule] of [[['wheel'], 'numeric-user'], [['0'], 'tenant-user'], [['1000', 'root'], 'numeric-user']] as const) {
     const r = await asA('POST', `/v1.41/containers/create?name=ident-${RUN}-${randomBytes(2).toString('hex')}`, { Image: IMAGE, HostConfig: { GroupAdd: groups } })
     t.equal(r.status, 403, `GroupAdd ${JSON.stringify(groups)}`)
-    t.match(r.json?.message, /rule numeric-user/)
+    t.match(r.json?.message, new RegExp(`rule ${rule}`))
   }
   const fine = await asA('POST', `/v1.41/containers/create?name=ident-${RUN}-groups`, { Image: IMAGE, HostConfig: { GroupAdd: ['1000'] } })
   t.equal(fine.status, 201, fine.text)
   made.push(fine.json.Id)
   t.same((await direct('GET', `/containers/${fine.json.Id as string}/json`)).json.HostConfig.GroupAdd, ['1000'])
-  for (const spec of [{ User: 'someone' }, { User: '1000', Groups: ['wheel'] }, { Groups: ['0'] }]) {
+  for (const [spec, rule] of [[{ User: 'someone' }, 'numeric-user'], [{ User: '1000', Groups: ['wheel'] }, 'numeric-user'], [{ Groups: ['0'] }, 'tenant-user']] as const) {
     const r = await asA('POST', '/v1.41/services/create', { Name: `ident-${RUN}-svc`, TaskTemplate: { ContainerSpec: { Image: IMAGE, ...spec } } })
     t.equal(r.status, 403, `service ${JSON.stringify(spec)}`)
-    t.match(r.json?.message, /rule numeric-user/)
+    t.match(r.json?.message, new RegExp(`rule ${rule}`))
   }
 })
 

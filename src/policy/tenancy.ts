@@ -15,6 +15,11 @@
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
+ *   users:
+ *     default: "65534:65534"          # uid:gid a tenant's processes run as when it names none
+ *     tenants: { team-a: "10001:10001" }
+ *     root: [team-ops]                # tenants that may run as root
+ *     rootWhenRemapped: true          # root for everyone on an engine with --userns-remap
  *
  * Everything is checked when the policy loads; problems are reported with the rest.
  */
@@ -28,6 +33,23 @@ export interface Quota {
   /** Nano-CPUs: the sum of the CPU limits. */
   readonly nanoCpus?: number
   readonly volumes?: number
+}
+
+/** A numeric user and group, neither of them 0. */
+export interface UserGroup { readonly uid: number, readonly gid: number }
+
+/**
+ * Who a tenant's containers, execs and service tasks run as (src/gateway/tenancy/users.ts):
+ * the tenant's uid:gid when the request names no user, and never root (uid or gid 0,
+ * supplementary group 0) unless the tenant is in `root`, or the engine remaps user
+ * namespaces (dockerd --userns-remap: root in the container is an unprivileged uid on
+ * the host) and `rootWhenRemapped` is true.
+ */
+export interface UserSettings {
+  readonly default: UserGroup
+  readonly tenants: Readonly<Record<string, UserGroup>>
+  readonly root: readonly string[]
+  readonly rootWhenRemapped: boolean
 }
 
 export interface TenancySettings {
@@ -45,6 +67,7 @@ export interface TenancySettings {
   readonly builds: { readonly buildkit: boolean }
   /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
   readonly redact: { readonly env: readonly EnvRedaction[] }
+  readonly users: UserSettings
 }
 
 /**
@@ -76,9 +99,13 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
   builds: Object.freeze({ buildkit: false }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
+  // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
+  users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users']
+/** Linux ids are 32 bits; (uid_t)-1 (4294967295) means "no change" to the kernel and is not an id. */
+const MAX_ID = 4294967294
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
 const UNITS: Record<string, number> = { '': 1, b: 1, k: 1024, kb: 1024, kib: 1024, m: 1024 ** 2, mb: 1024 ** 2, mib: 1024 ** 2, g: 1024 ** 3, gb: 1024 ** 3, gib: 1024 ** 3, t: 1024 ** 4, tb: 1024 ** 4, tib: 1024 ** 4 }
 
@@ -124,6 +151,44 @@ function quota (v: unknown, at: string, problems: string[]): Quota {
     else problems.push(`${at}.cpus: expected a number of CPUs >= 0 (e.g. 4 or 0.5)`)
   }
   return Object.freeze(out)
+}
+
+/** `"10001:10001"` → its uid and gid: both numbers, neither 0 (root is granted with `root:`, not by an id). */
+function userGroup (v: unknown, at: string, problems: string[]): UserGroup | null {
+  const m = typeof v === 'string' ? /^(\d+):(\d+)$/.exec(v) : null
+  const uid = m ? Number(m[1]) : NaN
+  const gid = m ? Number(m[2]) : NaN
+  if (!m || uid > MAX_ID || gid > MAX_ID) {
+    problems.push(`${at}: expected a numeric "uid:gid" such as "10001:10001", got ${JSON.stringify(v)} (names are resolved in the container's own /etc/passwd, which the tenant writes)`)
+    return null
+  }
+  if (uid === 0 || gid === 0) {
+    problems.push(`${at}: ${JSON.stringify(v)} is root (uid or gid 0); list the tenant under users.root instead`)
+    return null
+  }
+  return Object.freeze({ uid, gid })
+}
+
+function users (v: unknown, name: string, problems: string[]): UserSettings {
+  const fallback = DEFAULT_TENANCY.users
+  const m = mapping(v, `${name}: users`, ['default', 'tenants', 'root', 'rootWhenRemapped'], problems)
+  if (!m) return fallback
+  const dflt = m.default === undefined ? fallback.default : userGroup(m.default, `${name}: users.default`, problems) ?? fallback.default
+  const tenants: Record<string, UserGroup> = {}
+  if (m.tenants !== undefined && m.tenants !== null) {
+    const t = mapping(m.tenants, `${name}: users.tenants`, Object.keys(m.tenants ?? {}), problems)
+    for (const [tenant, ug] of Object.entries(t ?? {})) {
+      const parsed = userGroup(ug, `${name}: users.tenants.${tenant}`, problems)
+      if (parsed) tenants[tenant] = parsed
+    }
+  }
+  const root = m.root === undefined || m.root === null ? [] : stringList(m.root, `${name}: users.root`, problems) ?? []
+  let rootWhenRemapped = fallback.rootWhenRemapped
+  if (m.rootWhenRemapped !== undefined) {
+    if (typeof m.rootWhenRemapped === 'boolean') rootWhenRemapped = m.rootWhenRemapped
+    else problems.push(`${name}: users.rootWhenRemapped: expected true or false`)
+  }
+  return Object.freeze({ default: dflt, tenants: Object.freeze(tenants), root: Object.freeze([...root]), rootWhenRemapped })
 }
 
 export function compileTenancy (file: string, name: string, problems: string[]): TenancySettings {
@@ -183,7 +248,8 @@ export function compileTenancy (file: string, name: string, problems: string[]):
     const r = mapping(m.redact, `${name}: redact`, ['env'], problems)
     if (r && r.env !== undefined) redact = Object.freeze({ env: envRedactions(r.env, `${name}: redact.env`, problems) })
   }
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact })
+  const userSettings = m.users === undefined ? DEFAULT_TENANCY.users : users(m.users, name, problems)
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact, users: userSettings })
 }
 
 /** `redact.env`: a list of `{ roles, keys }`; an empty list redacts nothing for anyone. */
@@ -214,6 +280,16 @@ export function globPattern (pattern: string): RegExp {
 /** The tenant's quota: its own entry's limits over the default's. */
 export function quotaFor (settings: TenancySettings, tenant: string): Quota {
   return { ...settings.quotas.default, ...(Object.hasOwn(settings.quotas.tenants, tenant) ? settings.quotas.tenants[tenant] : {}) }
+}
+
+/** The uid:gid the tenant's processes run as when it names no user. */
+export function userOf (settings: TenancySettings, tenant: string): UserGroup {
+  return Object.hasOwn(settings.users.tenants, tenant) ? settings.users.tenants[tenant] : settings.users.default
+}
+
+/** Whether tenancy.yaml grants the tenant root whatever the engine (users.root). */
+export function rootGranted (settings: TenancySettings, tenant: string): boolean {
+  return settings.users.root.includes(tenant)
 }
 
 /** Whether `host` (a registry host as in an image reference, e.g. `127.0.0.1:5000`) is allowed. `*` matches any run of characters. */

@@ -185,7 +185,17 @@ export interface EngineOptions {
    * with `nsenter --net=/proc/<info.pid>/ns/net` (the benchmark does, for wrk).
    */
   tcpPort?: number;
+  /**
+   * Start dockerd with --userns-remap: containers run in a user namespace where root is
+   * host uid 300000 and up. The subordinate ranges are written to /etc/subuid and
+   * /etc/subgid of an overlay over /etc in dockerd's own mount namespace: the host's
+   * files are not touched. Mapped to Debian's `nobody:nogroup` (the ranges are looked up by the user's name).
+   */
+  usernsRemap?: boolean;
 }
+
+/** The first host uid and gid of a remapping engine's containers (usernsRemap). */
+export const REMAP_BASE = 300000
 
 export async function startEngine (dir: string, options: EngineOptions = {}): Promise<EngineInfo> {
   if (process.getuid?.() !== 0) throw new Error('the test engine must be started as root')
@@ -213,6 +223,21 @@ export async function startEngine (dir: string, options: EngineOptions = {}): Pr
   }
 }
 
+/** Shell lines giving dockerd's mount namespace an /etc with subordinate ids for `nobody` (usernsRemap). */
+function remapSetup (dir: string): string[] {
+  const upper = path.join(dir, 'etc-upper')
+  const work = path.join(dir, 'etc-work')
+  fs.mkdirSync(upper, { recursive: true })
+  fs.mkdirSync(work, { recursive: true })
+  // dockerd refuses a data root the remapped root cannot traverse (a mkdtemp directory is 0700).
+  fs.chmodSync(dir, 0o711)
+  return [
+    `${BUSYBOX} mount -t overlay pcx-etc -o lowerdir=/etc,upperdir=${upper},workdir=${work} /etc`,
+    `echo nobody:${REMAP_BASE}:65536 > /etc/subuid`,
+    `echo nobody:${REMAP_BASE}:65536 > /etc/subgid`,
+  ]
+}
+
 /** Starts dockerd detached; returns a function telling whether it has died meanwhile. */
 function spawnDockerd (info: EngineInfo, dockerd: string, options: EngineOptions): () => string | undefined {
   const { dir } = info
@@ -229,6 +254,7 @@ function spawnDockerd (info: EngineInfo, dockerd: string, options: EngineOptions
     '--iptables=false',
   ]
   if (options.tcpPort !== undefined) dockerdArgs.push(`--host=tcp://127.0.0.1:${options.tcpPort}`)
+  if (options.usernsRemap === true) dockerdArgs.push('--userns-remap=nobody:nogroup')
   // dockerd gets its own mount and network namespaces: docker0, user networks,
   // published ports and all overlay/netns mounts stay private to this engine
   // (another dockerd on the host would otherwise share docker0 and its subnet)
@@ -244,6 +270,7 @@ function spawnDockerd (info: EngineInfo, dockerd: string, options: EngineOptions
     `${BUSYBOX} ip link set lo up`,
     `${BUSYBOX} mkdir -p /run/containerd`,
     `${BUSYBOX} mount -t tmpfs -o mode=0711 pcx /run/containerd`,
+    ...(options.usernsRemap === true ? remapSetup(dir) : []),
     'exec "$@"',
   ].join('\n')
   const log = fs.openSync(path.join(dir, 'dockerd.log'), 'a')
@@ -373,8 +400,12 @@ export async function ensureImage (info: EngineInfo): Promise<void> {
   const root = path.join(info.dir, 'image-rootfs')
   const tar = path.join(info.dir, 'image.tar')
   fs.rmSync(root, { recursive: true, force: true })
-  for (const d of ['bin', 'etc', 'tmp']) fs.mkdirSync(path.join(root, d), { recursive: true })
+  for (const d of ['bin', 'etc', 'tmp', 'data']) fs.mkdirSync(path.join(root, d), { recursive: true })
   fs.chmodSync(path.join(root, 'tmp'), 0o1777)
+  // Tenants' containers run as an unprivileged uid (tenancy.yaml users): /data is where the
+  // tests mount volumes, writable by any user as an image made for a non-root user prepares
+  // its volume paths (the engine copies the mode to an empty volume mounted there).
+  fs.chmodSync(path.join(root, 'data'), 0o1777)
   fs.copyFileSync(BUSYBOX, path.join(root, 'bin/busybox'))
   fs.chmodSync(path.join(root, 'bin/busybox'), 0o755)
   const applets = (await run(BUSYBOX, ['--list'])).split('\n').filter((a) => a && a !== 'busybox')

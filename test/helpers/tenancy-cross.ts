@@ -552,7 +552,7 @@ const REFERENCE_CASES: Case[] = [
     label: 'FROM in the Dockerfile',
     targets: ['image'],
     query: () => `t=team-b/${P}-from:1&rm=1&forcerm=1`,
-    body: (f) => tar({ Dockerfile: `FROM ${f.ref}\nRUN echo ${hex(8)} && cat /a-private\n` }),
+    body: (f) => tar({ Dockerfile: `FROM ${f.ref}\nRUN echo ${hex(8)} && cat /tmp/a-private\n` }),
     full: true,
     contentType: 'application/x-tar',
     // The gateway reads the Dockerfile from the context (build.ts): A's image is missing.
@@ -803,9 +803,9 @@ async function setUp (t: Test): Promise<void> {
 
   ids.network = (await ok(t, 'A creates a network', await a('POST', '/networks/create', { Name: A.network, Driver: 'bridge' }))).Id
   await ok(t, 'A creates a volume', await a('POST', '/volumes/create', { Name: A.volume }))
-  ids.box = (await ok(t, 'A creates a container on its network', await a('POST', `/containers/create?name=${A.box}`, createBody({ NetworkMode: A.network }, { Cmd: ['sh', '-c', `echo ${A_PRIVATE} > /a-private && exec sleep 600`] })))).Id
+  ids.box = (await ok(t, 'A creates a container on its network', await a('POST', `/containers/create?name=${A.box}`, createBody({ NetworkMode: A.network }, { Cmd: ['sh', '-c', `echo ${A_PRIVATE} > /tmp/a-private && exec sleep 600`] })))).Id
   await ok(t, 'A starts it', await a('POST', `/containers/${A.box}/start`))
-  for (let i = 0; i < 100 && (await direct('HEAD', `/containers/${ids.box}/archive?path=/a-private`)).status !== 200; i++) await sleep(100)
+  for (let i = 0; i < 100 && (await direct('HEAD', `/containers/${ids.box}/archive?path=/tmp/a-private`)).status !== 200; i++) await sleep(100)
   ids.stopped = (await ok(t, 'A creates a stopped container', await a('POST', `/containers/create?name=${A.stopped}`, createBody({})))).Id
   ids.exec = (await ok(t, 'A creates an exec on its running container', await a('POST', `/containers/${A.box}/exec`, { Cmd: ['true'] }))).Id
   const [repo, tag] = A.committed.split(':')

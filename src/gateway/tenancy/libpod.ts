@@ -17,6 +17,7 @@ import { inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { catalogued, isPredefinedNetwork, ownerOf, SUBJECT_LABEL, TENANT_LABEL, type Resolution } from './lookup'
 import { podmanNoPod } from './podman'
 import { filterEvents } from './responses'
+import { scopeUser } from './users'
 
 export interface Blocks {
   own (call: Call, kind: Resolvable, ref: string, where?: 'path' | 'body' | 'link' | 'endpoint'): Promise<string>
@@ -160,6 +161,8 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     onlyFields(call, 'log_configuration fields', spec.log_configuration, TENANT_LOG_FIELDS, 'libpod-spec-fields')
     onlyFields(call, 'resource_limits fields', spec.resource_limits, TENANT_RESOURCE_FIELDS, 'libpod-spec-fields')
     defaultsOnly(call, spec)
+    // Who it runs as, as for a Docker-compatible create (users.ts): SpecGenerator `user`, `groups`.
+    await scopeUser(call, ['user'], ['groups'], 'user')
     await b.nameFree(call, 'container', str(spec.name))
     for (const v of list(spec.volumes_from)) await b.own(call, 'container', str(v).split(':')[0], 'body')
     for (const field of ['netns', 'pidns', 'ipcns', 'utsns', 'userns', 'cgroupns']) {
@@ -344,7 +347,10 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ContainerShowMountedLibpod: adminOnly('it lists host mount points of every container'),
     ContainerCheckpointLibpod: adminOnly('checkpoints are written to and read from the host'),
     ContainerRestoreLibpod: adminOnly('a restore recreates containers from host files or images the gateway does not inspect'),
-    ContainerExecLibpod: b.owned('container', 'name'),
+    ContainerExecLibpod: async (call) => {
+      await b.owned('container', 'name')(call)
+      await scopeUser(call, ['User'], null, 'exec User', async () => str((await call.r.get(`${LOOKUP}/containers/${call.params.name}/json`)).body?.Config?.User))
+    },
     // Exec
     ExecStartLibpod: b.owned('exec'),
     ExecResizeLibpod: b.owned('exec'),

@@ -69,6 +69,11 @@ export class OwnerCache {
   live = false
   /** Which engine answers, read again from every answer of the event stream (kept across clear()). */
   engine: EngineKind | undefined
+  /**
+   * Whether the engine remaps user namespaces (GET /info), asked once; forgotten by
+   * clear(), as the event stream reconnects when the engine restarts, maybe with other flags.
+   */
+  userns: Promise<boolean> | undefined
 
   get (id: string): string | null | undefined { return this.live ? this.owners.get(id) : undefined }
   set (id: string, owner: string | null): void { if (this.live && this.owners.size < 100_000) this.owners.set(id, owner) }
@@ -82,6 +87,7 @@ export class OwnerCache {
   clear (): void {
     this.owners.clear(); this.parents.clear(); this.limitsOf.clear()
     this.tenantContainers.clear()
+    this.userns = undefined
     this.generation++
   }
 
@@ -256,6 +262,16 @@ export function volumeName (name: string): boolean {
   return name !== '' && !name.includes('/')
 }
 
+/**
+ * Whether a SystemInfo answer says the engine remaps user namespaces: dockerd lists
+ * `name=userns` among its SecurityOptions (each option is `name=X[,key=value...]`, as
+ * daemon/info.go writes them) when started with --userns-remap.
+ */
+export function remapsUsers (info: unknown): boolean {
+  const options = (info as { SecurityOptions?: unknown } | null)?.SecurityOptions
+  return Array.isArray(options) && options.some((o) => typeof o === 'string' && o.split(',').includes('name=userns'))
+}
+
 export class Resolver {
   constructor (private readonly upstream: Upstream, readonly cache: OwnerCache) {}
 
@@ -271,6 +287,20 @@ export class Resolver {
     await res.body.dump()
     this.cache.engine = engineKindOf(res.headers)
     return this.cache.engine
+  }
+
+  /**
+   * Whether the engine runs containers in a remapped user namespace (dockerd
+   * --userns-remap): its SystemInfo's SecurityOptions then hold `name=userns`. Asked once
+   * and kept (until the event stream reconnects); a failed question is asked again next time.
+   */
+  async usernsRemapped (): Promise<boolean> {
+    if (this.cache.userns === undefined) {
+      const asked = this.get('/info').then((r) => r.status === 200 && remapsUsers(r.body))
+      this.cache.userns = asked
+      asked.catch(() => { if (this.cache.userns === asked) this.cache.userns = undefined })
+    }
+    return await this.cache.userns
   }
 
   async get (path: string): Promise<{ status: number, body: any }> {

@@ -26,6 +26,7 @@ import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage 
 import { filterDataUsage, filterEvents, filterInfo } from './responses'
 import { libpodHandlers } from './libpod'
 import { registryAuthHeader } from './registry-auth'
+import { scopeUser } from './users'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
@@ -224,27 +225,6 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
   return { newVolumes }
 }
 
-/**
- * Who a process runs as is decided by the runtime from the container's own /etc/passwd
- * and /etc/group, which a tenant writes: `someone` or `wheel` may be uid or gid 0 there.
- * A tenant names users and groups by number only; a supplementary group 0 (applied to
- * every process and exec of the container) is refused too.
- */
-function numericUser (user: string, what: string): void {
-  if (user === '') return
-  const parts = user.split(':')
-  if (parts.length > 2 || parts.some((p) => !/^[0-9]+$/.test(p))) {
-    throw refuse('numeric-user', `${what} ${JSON.stringify(user)}: tenants give users and groups as numbers (uid[:gid]), which the container's own /etc/passwd cannot turn into root`)
-  }
-}
-function supplementaryGroups (groups: unknown, what: string): void {
-  for (const g of list(groups)) {
-    const v = str(g)
-    if (!/^[0-9]+$/.test(v)) throw refuse('numeric-user', `${what} ${JSON.stringify(v)}: tenants give groups as numbers`)
-    if (Number(v) === 0) throw refuse('numeric-user', `${what} 0 is the root group: not available to tenants`)
-  }
-}
-
 /** A link `name[:alias]` to one of the tenant's containers, naming it by full id (the alias kept: `name` when none was given). */
 async function ownLink (call: Call, link: string, where: 'link' | 'body'): Promise<string> {
   const at = link.indexOf(':')
@@ -270,8 +250,9 @@ async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'bod
 
 const containerCreate: Handler = async (call) => {
   const name = call.query.get('name') ?? ''
+  // Who it runs as: the tenant's uid:gid unless it names another; never root unless granted (users.ts).
+  await scopeUser(call, ['User'], ['HostConfig', 'GroupAdd'], 'User')
   const hc = bodyAt(call, 'HostConfig')
-  supplementaryGroups(hc?.GroupAdd, 'GroupAdd')
   // Reads only, each its own engine round trip: run together.
   const [, { newVolumes }, admitted] = await inOrder([
     nameFree(call, 'container', name),
@@ -774,23 +755,29 @@ async function serviceReferences (call: Call): Promise<void> {
 
 /**
  * A service's tasks are containers: their user and groups obey the same rules, and their
- * process limit too (rewrites.yaml gives them the containers' defaults).
+ * process limit too (rewrites.yaml gives them the containers' defaults). A task template
+ * without a container spec runs no container: nothing to set there.
  */
-function serviceIdentity (call: Call): void {
+async function serviceIdentity (call: Call): Promise<void> {
   const cs = bodyAt(call, 'TaskTemplate', 'ContainerSpec')
-  numericUser(str(cs?.User), 'ContainerSpec.User')
-  supplementaryGroups(cs?.Groups, 'ContainerSpec.Groups')
+  if (cs !== null && typeof cs === 'object' && !Array.isArray(cs)) {
+    await scopeUser(call, ['TaskTemplate', 'ContainerSpec', 'User'], ['TaskTemplate', 'ContainerSpec', 'Groups'], 'ContainerSpec.User')
+  }
   const pids = bodyAt(call, 'TaskTemplate', 'Resources', 'Limits', 'Pids')
   if (pids !== undefined && pids !== null && numberOf(pids) < 0) throw refuse('pids-limit', 'a negative Pids limit removes the tasks\' process limit: not available to tenants')
 }
 
+/**
+ * An exec without a user runs as its container's (Config.User): kept when that is one the
+ * tenant could name (a container created through the gateway has one), else the tenant's.
+ */
 const containerExec: Handler = async (call) => {
-  numericUser(str(bodyAt(call, 'User')), 'exec User')
   await owned('container')(call)
+  await scopeUser(call, ['User'], null, 'exec User', async () => str((await call.r.get(`/containers/${call.params.id}/json`)).body?.Config?.User))
 }
 
 const serviceCreate: Handler = async (call) => {
-  serviceIdentity(call)
+  await serviceIdentity(call)
   await nameFree(call, 'service', str(bodyAt(call, 'Name')))
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)))
@@ -799,7 +786,7 @@ const serviceCreate: Handler = async (call) => {
 }
 
 const serviceUpdate: Handler = async (call) => {
-  serviceIdentity(call)
+  await serviceIdentity(call)
   const id = await own(call, 'service', call.params.id)
   call.setParam('id', id)
   await serviceReferences(call)
