@@ -163,8 +163,9 @@ export const BENCH_RULES: string[] = [
 /**
  * The bench deployment's policy directory: a copy of policies/ with bench.csv (a
  * second enforce-mode layer: the twenty ContainerCreate body rules above) added to the
- * manifest, and the tenant's
- * container quota raised so that it can own the listing workload's containers.
+ * manifest, the tenant's container quota raised so that it can own the listing
+ * workload's containers, and its log-size cap raised so that the 1 GB logs workload's
+ * container keeps its whole log in one file.
  */
 export function writeBenchPolicy (dir: string, containerQuota: number): void {
   fs.cpSync(path.join(REPO, 'policies'), dir, { recursive: true })
@@ -185,4 +186,9 @@ export function writeBenchPolicy (dir: string, containerQuota: number): void {
   const raised = t.replace(/default: \{ containers: \d+,/, `default: { containers: ${containerQuota},`)
   if (raised === t) throw new Error(`unexpected ${tenancy}: no default container quota to raise`)
   fs.writeFileSync(tenancy, raised)
+  const base = path.join(dir, 'base.csv')
+  const rules = fs.readFileSync(base, 'utf8')
+  const logCap = rules.replace('r.obj.logMaxSize > 104857600', `r.obj.logMaxSize > ${4 * 1024 ** 3}`)
+  if (logCap === rules) throw new Error(`unexpected ${base}: no log-max-size cap of 100 MiB to raise`)
+  fs.writeFileSync(base, logCap)
 }

@@ -196,9 +196,9 @@ function createBody (image: string, cmd: string[]): Record<string, unknown> {
     Labels: { 'com.example.bench': 'portcullis' },
     HostConfig: {
       // json-file is the driver `docker logs` reads back; stated so that a daemon default never changes the logs case.
-      // The tenant role's cap (10 files of 100 MiB, base.csv log-max-*) holds the 1 GB log whole
-      // (4096-character lines take about 1.6% more on disk as json-file records).
-      LogConfig: { Type: 'json-file', Config: { 'max-size': '100m', 'max-file': '10' } },
+      // One file big enough for the 1 GB log (bench/policy.ts raises the tenant role's
+      // log-max-size cap for the bench deployment: at 10 x 100 MiB json-file rotates part of it away).
+      LogConfig: { Type: 'json-file', Config: { 'max-size': '2g', 'max-file': '1' } },
       Memory: 256 * 1024 * 1024,
       PidsLimit: 512,
       CapDrop: ['NET_RAW'],
