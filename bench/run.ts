@@ -877,7 +877,7 @@ async function main (): Promise<number> {
     // Lines of 4096 printable characters: json-file stores one JSON object per line,
     // so short lines (or NULs, escaped as \u0000) would multiply the bytes on disk.
     `L=$(head -c 3072 /dev/urandom | base64 | tr -d '\\n'); yes "$L" | head -c ${settings.logsBytes}`])
-  const idBig = await createContainer(tenant, image, `pcb-big-${tag}`, ['sh', '-c', `head -c ${settings.cpBytes} /dev/zero > /big`])
+  const idBig = await createContainer(tenant, image, `pcb-big-${tag}`, ['sh', '-c', `head -c ${settings.cpBytes} /dev/zero > /tmp/big`])
   const idUpload = await createContainer(tenant, image, `pcb-upload-${tag}`, ['true'])
   const idExec = await createContainer(tenant, image, `pcb-exec-${tag}`, ['sleep', '3600'])
   const idTick = await createContainer(tenant, image, `pcb-tick-${tag}`, ['sh', '-c', 'while true; do echo tick; sleep 0.5; done'])
@@ -909,7 +909,7 @@ async function main (): Promise<number> {
     streams.push(r)
   }
   {
-    const p = `${API}/containers/${idBig}/archive?path=${encodeURIComponent('/big')}`
+    const p = `${API}/containers/${idBig}/archive?path=${encodeURIComponent('/tmp/big')}`
     let expect: number | undefined
     const r = await streamCompare(ctx, `GET archive, cp out (${fmt(mb(settings.cpBytes), 0)} MB file)`, settings.cpBytes, settings.streamRounds, true,
       async (s) => await download(s.ep, p, false, t),
