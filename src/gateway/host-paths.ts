@@ -14,6 +14,10 @@ import fs from 'node:fs'
 import type { Logger } from 'pino'
 import type { Config } from '../config'
 import type { HostPathMode } from '../policy/facts'
+import type { Evaluation, Policy } from '../policy/engine'
+import type { Target } from '../api/catalog/route'
+import { GatewayError } from '../api/errors'
+import type { Identity } from './authenticate'
 import { engineJson, type Upstream } from './upstream'
 
 export class HostPaths {
@@ -65,4 +69,32 @@ export class HostPaths {
       ? { mode: 'shared', why: `the engine's DockerRootDir ${root} is a directory on the gateway's filesystem` }
       : { mode: 'remote', why: `the engine's DockerRootDir ${root} is not a directory on the gateway's filesystem` }
   }
+}
+
+/**
+ * The engine walks a container's bind sources when it mounts them (the runtime at a
+ * start; dockerd itself for a copy in or out), not when the container was created: a
+ * directory under an allowed prefix may have become a link since. Before a tenant's
+ * start, restart or copy (policy/fields.ts REMOUNTING_OPS) is forwarded, the sources the engine
+ * stored (HostConfig.Binds and bind Mounts) are judged again, as they resolve now, by
+ * the policy's rules for this operation (host-binds and host-binds-unresolved read them
+ * as the start's facts); a denial names the rule. What can still change between this
+ * walk and the runtime's is in the README (Policy: host paths). Returns the denying
+ * evaluation, or null when they pass (or the container is gone).
+ */
+export async function judgeStoredBinds (upstream: Upstream, policy: Policy, identity: Identity, target: Target, id: string, mode: HostPathMode): Promise<Evaluation | null> {
+  const res = await engineJson(upstream, 'GET', `/containers/${encodeURIComponent(id)}/json`)
+  // Gone meanwhile: the engine answers the start itself.
+  if (res.status === 404) return null
+  if (res.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `cannot read the container's mounts to judge them again: the engine answered ${res.status}`)
+  const hc = (res.body as { HostConfig?: { Binds?: unknown, Mounts?: unknown } } | null)?.HostConfig ?? {}
+  const evaluation = await policy.evaluate(identity, {
+    op: target.operation.id,
+    kind: target.operation.kind,
+    resource: id,
+    query: new URLSearchParams(),
+    body: { HostConfig: { Binds: hc.Binds ?? [], Mounts: hc.Mounts ?? [] } },
+    hostPaths: mode,
+  })
+  return evaluation.decision.decision === 'deny' ? evaluation : null
 }

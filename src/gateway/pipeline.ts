@@ -39,12 +39,13 @@ import { GatewayError, isGatewayError, renderError, toGatewayError } from '../ap
 import { answerLocally, forward } from './forward'
 import { assertNoDuplicateHeaders } from './headers'
 import { hijack, writeSocketError, type HijackClient } from './hijack'
-import { engineJson, execInfo, type Upstream } from './upstream'
+import { execInfo, type Upstream } from './upstream'
 import { encodeBody } from '../api/body/decode'
 import { TenancyRefusal, type Tenancy } from './tenancy'
 import type { AnswerEvent, AnswerEvents } from './exchange'
 import type { PolicyAdmin } from './admin'
 import { withEnvRedaction } from './redact'
+import { judgeStoredBinds } from './host-paths'
 
 export interface GatewayDeps {
   readonly api: ApiWindow
@@ -294,34 +295,16 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
 }
 
 /**
- * The engine walks a container's bind sources when it mounts them (the runtime at a
- * start; dockerd itself for a copy in or out), not when the container was created: a
- * directory under an allowed prefix may have become a link since. Before a tenant's
- * start, restart or copy (policy/fields.ts REMOUNTING_OPS) is forwarded, the sources the engine
- * stored (HostConfig.Binds and bind Mounts) are judged again, as they resolve now, by
- * the policy's rules for this operation (host-binds and host-binds-unresolved read them
- * as the start's facts); a denial names the rule. What can still change between this
- * walk and the runtime's is in the README (Policy: host paths).
+ * A tenant's start, restart or copy makes the engine mount the container's bind sources
+ * again: they are judged again first (host-paths.ts judgeStoredBinds); a denial names
+ * the rule.
  */
 async function recheckBinds (deps: GatewayDeps, ctx: RequestContext, policy: Policy, id: string): Promise<void> {
-  const res = await engineJson(deps.upstream, 'GET', `/containers/${encodeURIComponent(id)}/json`)
-  // Gone meanwhile: the engine answers the start itself.
-  if (res.status === 404) return
-  if (res.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `cannot read the container's mounts to judge them again: the engine answered ${res.status}`)
-  const hc = (res.body as { HostConfig?: { Binds?: unknown, Mounts?: unknown } } | null)?.HostConfig ?? {}
-  const target = ctx.target!
-  const evaluation = await policy.evaluate(ctx.identity!, {
-    op: target.operation.id,
-    kind: target.operation.kind,
-    resource: id,
-    query: new URLSearchParams(),
-    body: { HostConfig: { Binds: hc.Binds ?? [], Mounts: hc.Mounts ?? [] } },
-    hostPaths: deps.hostPaths(),
-  })
-  if (evaluation.decision.decision !== 'deny') return
+  const evaluation = await judgeStoredBinds(deps.upstream, policy, ctx.identity!, ctx.target!, id, deps.hostPaths())
+  if (evaluation === null) return
   ctx.decision = evaluation.decision
   ctx.facts = evaluation.input
-  throw new GatewayError('FORBIDDEN', await denialMessage(policy, ctx.identity!, target, evaluation))
+  throw new GatewayError('FORBIDDEN', await denialMessage(policy, ctx.identity!, ctx.target!, evaluation))
 }
 
 /** A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as a denial by its rule. */

@@ -35,6 +35,7 @@ import { REDACTED, redactEnvEntry, sensitiveEnvName } from '../audit/redact'
 import { globPattern, type EnvRedaction, type TenancySettings } from '../policy/tenancy'
 import type { Identity } from './authenticate'
 import type { ResponseFilter } from './exchange'
+import { withoutJoinTokens } from './tenancy/responses'
 
 /**
  * The operations whose JSON answers can carry environment values. Lists are included
@@ -207,25 +208,21 @@ function buildCmd (cmd: unknown[], redact: NameTest): unknown[] {
  * any) first, then redaction. Unchanged when nothing is to be redacted.
  */
 export function withEnvRedaction (identity: Identity, op: Operation, settings: TenancySettings, current: ResponseFilter | undefined): ResponseFilter | undefined {
-  if (op.id === 'SwarmInspect') return withoutJoinTokens(identity, settings, current)
-  if (!ENV_ANSWERS.has(op.id) || op.streams) return current
+  if (op.streams || (op.id !== 'SwarmInspect' && !ENV_ANSWERS.has(op.id))) return current
   const redact = envRedactionFor(identity, settings)
   if (redact === null) return current
+  // The swarm's join tokens are credentials: the same roles get the swarm without them.
+  if (op.id === 'SwarmInspect') return then(current, withoutJoinTokens)
   const image = IMAGE_ANSWERS.has(op.id)
-  if (current === undefined) return { kind: 'json', transform: (doc) => redactEnv(doc, redact, image) }
-  // Events are the only line-filtered answers, and they carry no environment.
-  if (current.kind !== 'json') return current
-  return { kind: 'json', transform: async (doc) => redactEnv(await current.transform(doc), redact, image) }
+  return then(current, (doc) => redactEnv(doc, redact, image))
 }
 
 /**
- * The swarm's join tokens are credentials (a manager token joins a node as a manager of
- * the swarm): the roles `redact.env` names (readonly and auditor by default) get the
- * swarm's description without them, as tenants do (tenancy blanks them for its own).
+ * `current`'s JSON transform, then `next`. Events are the only line-filtered answers,
+ * and they carry neither environment nor join tokens: kept as they are.
  */
-function withoutJoinTokens (identity: Identity, settings: TenancySettings, current: ResponseFilter | undefined): ResponseFilter | undefined {
-  if (envRedactionFor(identity, settings) === null || current?.kind === 'lines') return current
-  const blank = (doc: unknown): unknown => doc !== null && typeof doc === 'object' && !Array.isArray(doc) && 'JoinTokens' in doc ? { ...doc, JoinTokens: { Worker: '', Manager: '' } } : doc
-  if (current === undefined) return { kind: 'json', transform: blank }
-  return { kind: 'json', transform: async (doc) => blank(await current.transform(doc)) }
+function then (current: ResponseFilter | undefined, next: (doc: unknown) => unknown): ResponseFilter | undefined {
+  if (current === undefined) return { kind: 'json', transform: next }
+  if (current.kind !== 'json') return current
+  return { kind: 'json', transform: async (doc) => next(await current.transform(doc)) }
 }

@@ -15,7 +15,7 @@ import { TenancyRefusal } from './refusal'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { numberOf } from '../../api/body/number'
-import { swarmMountType } from '../../policy/facts'
+import { buildInput, swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
@@ -23,7 +23,7 @@ import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images
 import { hideOwner, ownerTermsAsSeen } from './labels'
 import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
 import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage } from './quota'
-import { filterDataUsage, filterEvents, filterInfo } from './responses'
+import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './responses'
 import { libpodHandlers } from './libpod'
 import { registryAuthHeader } from './registry-auth'
 import { scopeUser } from './users'
@@ -294,10 +294,9 @@ const containerUpdate: Handler = async (call) => {
   // (base.csv no-restart-with-binds refuses both together at create).
   const restart = str(bodyAt(call, 'RestartPolicy', 'Name'))
   if (restart !== '' && restart !== 'no') {
+    // The stored HostConfig read as the policy reads a body's (its hostPaths fact), as written.
     const hc = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig ?? {}
-    const binds = list(hc.Binds).filter((s) => typeof s === 'string' && s.startsWith('/'))
-    const mounts = list(hc.Mounts).filter((m) => str(m?.Type).toLowerCase() === 'bind')
-    if (binds.length + mounts.length > 0) {
+    if (buildInput('ContainerUpdate', 'container', id, new URLSearchParams(), hc, 'remote').hostPaths.length > 0) {
       throw refuse('no-restart-with-binds', `restart policy ${JSON.stringify(restart)} on a container with bind mounts: the engine would mount their sources again on its own, where the gateway cannot judge them`)
     }
   }
@@ -815,7 +814,7 @@ function swarmUpdate (kind: 'secret' | 'config'): Handler {
 }
 
 const swarmInspect: Handler = async (call) => {
-  call.respond = { kind: 'json', transform: (b) => ({ ...b, JoinTokens: { Worker: '', Manager: '' } }) }
+  call.respond = { kind: 'json', transform: withoutJoinTokens }
 }
 
 // ---------------------------------------------------------------------------------

@@ -133,3 +133,12 @@ export function filterEvents (call: Call): (event: any) => Promise<boolean> {
     }
   }
 }
+
+/**
+ * The swarm's description without its join tokens: they are credentials (a manager token
+ * joins a node as a manager of the swarm). Tenants get it so, and so do the roles whose
+ * answers are redacted (gateway/redact.ts).
+ */
+export function withoutJoinTokens (doc: unknown): unknown {
+  return doc !== null && typeof doc === 'object' && !Array.isArray(doc) && 'JoinTokens' in doc ? { ...doc, JoinTokens: { Worker: '', Manager: '' } } : doc
+}
