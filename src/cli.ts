@@ -54,7 +54,8 @@ Commands:
                             and has no seal.
   audit report FILE... [--since 2026-11-22T00:00:00Z|24h] [--tenant T]
                             Summary: requests by tenant and operation, denials and
-                            would-deny by rule, hijacked sessions by subject.
+                            would-deny by rule, cross-tenant denials and misses (no such
+                            object), hijacked sessions by subject.
   help [COMMAND], --help    Show this help, or one command's usage (also COMMAND --help).
   --version                 Print the version.
 
