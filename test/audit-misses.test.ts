@@ -105,6 +105,20 @@ t.test('a miss is the engine\'s 404, audited as allowed; another tenant\'s objec
   }
 })
 
+t.test('a reference inside a body (NetworkMode): a miss is allowed, another tenant\'s network a denial, in the same words', async (t) => {
+  const foreign = `${P}-b3`
+  t.equal((await request(gw.socket, 'POST', '/v1.41/networks/create', { Name: foreign }, { token: TOKEN.b })).status, 201)
+  t.teardown(async () => { await request(eng.socket, 'DELETE', `/networks/${foreign}`) })
+  const lastCreate = (): Rec | undefined => records().reverse().find((r) => r.operation === 'ContainerCreate' && r.identity?.tenant === TA)
+  const absent = `${P}-nope`
+  const miss = await request(gw.socket, 'POST', '/v1.41/containers/create', { Image: IMAGE, HostConfig: { NetworkMode: absent } }, { token: TOKEN.a })
+  t.match(lastCreate(), { decision: 'allow', status: miss.status, rule: { policy: 'base.csv' } }, 'a miss: allowed by the policy, with the answer\'s status')
+  const probe = await request(gw.socket, 'POST', '/v1.41/containers/create', { Image: IMAGE, HostConfig: { NetworkMode: foreign } }, { token: TOKEN.a })
+  t.match(lastCreate(), { decision: 'deny', status: probe.status, rule: { policy: 'tenancy', rule: 'tenant-ownership' } }, 'a probe: a denial by tenant-ownership')
+  t.equal(probe.status, miss.status, 'the same status')
+  t.equal(probe.text.replaceAll(foreign, 'NAME'), miss.text.replaceAll(absent, 'NAME'), 'the same words, but for the name given')
+})
+
 t.test('audit report: a compose up/down counts no cross-tenant denial; a real probe is counted', async (t) => {
   // Only what follows counts (the test before probed on purpose).
   const since = new Date()
