@@ -14,7 +14,7 @@ import fs from 'node:fs'
 import { parseArgs } from 'node:util'
 import jwt from 'jsonwebtoken'
 import pino from 'pino'
-import { ConfigError, defaultConfig, loadConfig, type Config, type UpstreamOverrides } from './config'
+import { ConfigError, configWarnings, defaultConfig, loadConfig, type CommandLine, type Config } from './config'
 import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
@@ -25,7 +25,7 @@ const HELP = `Usage: portcullis <command> [options]
 A policy gateway for the Docker Engine API.
 
 Commands:
-  serve [--config FILE] [--upstream URL]
+  serve [--config FILE] [--upstream URL] [--listen ADDRESS]...
                             Run the gateway. Without a config file (or PORTCULLIS_CONFIG)
                             it serves on built-in defaults: unix socket ./portcullis.sock
                             (mode 0600; you, role admin) and 127.0.0.1:2375 (bearer
@@ -33,8 +33,10 @@ Commands:
                             The engine: --upstream URL (unix:///path, tcp://host:port),
                             else the config file's upstream, else DOCKER_HOST (with
                             DOCKER_TLS_VERIFY, DOCKER_CERT_PATH), else
-                            unix:///var/run/docker.sock.
-  config check FILE         Validate a config file; lists every problem, exits 1 if any.
+                            unix:///var/run/docker.sock. --listen replaces the listeners.
+  config check FILE         Validate a config file; lists every problem, exits 1 if any;
+                            warns (exit 0) about weak secrets, an engine that does not
+                            answer, an audit directory it cannot write, open TCP listeners.
   token [--config FILE] --subject S [--tenant T] [--roles R1,R2] [--ttl 24h]
                             Print a bearer token (JWT) the gateway accepts, signed with the
                             config's auth.jwt.secret, with its claim names, issuer and
@@ -52,21 +54,112 @@ Commands:
                             and has no seal.
   audit report FILE... [--since 2026-11-22T00:00:00Z|24h] [--tenant T]
                             Summary: requests by tenant and operation, denials and
-                            would-deny by rule, hijacked sessions by subject.
-  help, --help              Show this help.
+                            would-deny by rule, cross-tenant denials and misses (no such
+                            object), hijacked sessions by subject.
+  help [COMMAND], --help    Show this help, or one command's usage (also COMMAND --help).
   --version                 Print the version.
 
 Signals (serve): SIGTERM/SIGINT drain in-flight requests and close long streams;
-SIGHUP reloads the policy and the config file (log level, TLS certificates, auth).
+SIGHUP reloads the policy and the config file (log level, TLS certificates, auth,
+registry credentials); every other changed setting is logged as needing a restart.
 `
+
+/**
+ * Each command's usage: printed by `COMMAND --help` / `-h` (stdout, exit 0) and after a
+ * mistake in its arguments (stderr, exit 2). The first line is the synopsis.
+ */
+const USAGE: Record<string, string> = {
+  serve: `usage: portcullis serve [--config FILE] [--upstream URL] [--listen ADDRESS]...
+
+Run the gateway.
+  -c, --config FILE     the config file (default: PORTCULLIS_CONFIG, else built-in defaults:
+                        ./portcullis.sock and 127.0.0.1:2375, policies from ./policies)
+  --upstream URL        the engine: unix:///path or tcp://host:port (default: the config
+                        file's upstream, else DOCKER_HOST, else unix:///var/run/docker.sock)
+  --listen ADDRESS      listen here instead of the config's (or the default) listeners;
+                        repeat for several. unix:PATH is an owner-only socket (0600) where
+                        you act as admin, as the default socket; tcp:HOST:PORT takes
+                        bearer tokens only (auth.jwt). Relative paths: the working directory.
+  -h, --help            show this usage
+`,
+  'config check': `usage: portcullis config check FILE
+
+Validate a config file: every problem is listed, exit 1 if there is any. Then warnings
+(on stderr, prefixed "warning:"; exit 0): a JWT secret that is short or a placeholder, an
+engine that does not answer /_ping, an audit directory that cannot be written, a TCP
+listener without authentication.
+`,
+  token: `usage: portcullis token [--config FILE] --subject S [--tenant T] [--roles R1,R2] [--ttl 24h]
+
+Print a bearer token (JWT) signed with the config's auth.jwt.secret.
+`,
+  'policy check': `usage: portcullis policy check [--dir DIR] --subject S [--tenant T] [--roles R1,R2] METHOD PATH [--body FILE]
+
+Decide one request with the policy in DIR (default ./policies).
+`,
+  'policy test': `usage: portcullis policy test [DIR]
+
+Run the fixtures in DIR/tests/*.yaml (default ./policies); exit 1 on any mismatch.
+`,
+  'audit verify': `usage: portcullis audit verify [--partial] FILE...
+
+Check audit files' hash chain; exit 1 naming the first broken record.
+`,
+  'audit report': `usage: portcullis audit report FILE... [--since TIME|DURATION] [--tenant T]
+
+Summarize audit files: requests, denials, cross-tenant denials and misses, sessions.
+`,
+  help: `usage: portcullis help [COMMAND]
+
+Show the list of commands, or one command's usage (serve, config check, token,
+policy check, policy test, audit verify, audit report).
+`,
+  config: 'usage: portcullis config check FILE\n',
+  policy: 'usage: portcullis policy check|test ... (portcullis policy check --help)\n',
+  audit: 'usage: portcullis audit verify|report FILE... (portcullis audit report --help)\n',
+}
+
+/** `--help` asked for (problem null), or a mistake in a command's arguments. */
+class UsageError extends Error {
+  constructor (readonly command: string, readonly problem: string | null) {
+    super(problem ?? 'help')
+  }
+}
+
+/** The `-h`/`--help` option every command takes. */
+const HELP_OPTION = { help: { type: 'boolean', short: 'h' } } as const
+
+/**
+ * A command's arguments, parsed strictly (util.parseArgs): an unknown option is a
+ * UsageError naming it, `--help` a UsageError without a problem.
+ */
+function parsed<T extends { values: { help?: boolean } }> (command: string, parse: () => T): T {
+  let r: T
+  try {
+    r = parse()
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS') === true) throw new UsageError(command, (err as Error).message)
+    throw err
+  }
+  if (r.values.help === true) throw new UsageError(command, null)
+  return r
+}
+
+/** What a UsageError means to the user: the usage on stdout (exit 0), or the problem and the usage on stderr (exit 2). */
+function usageAnswer (err: UsageError): number {
+  const usage = USAGE[err.command] ?? HELP
+  if (err.problem === null) { process.stdout.write(usage); return 0 }
+  process.stderr.write(`portcullis ${err.command}: ${err.problem}\n\n${usage}`)
+  return 2
+}
 
 function version (): string {
   // dist/src/cli.js -> package.json two levels up
   return (require('../../package.json') as { version: string }).version
 }
 
-function configFrom (file: string | undefined, upstream: UpstreamOverrides): Config {
-  return file ? loadConfig(file, upstream) : defaultConfig(process.cwd(), upstream)
+function configFrom (file: string | undefined, overrides: CommandLine): Config {
+  return file ? loadConfig(file, overrides) : defaultConfig(process.cwd(), overrides)
 }
 
 function reportConfigError (err: unknown): number {
@@ -78,16 +171,15 @@ function reportConfigError (err: unknown): number {
 }
 
 async function serve (args: string[]): Promise<number> {
-  let values: { config?: string, upstream?: string }
-  try {
-    values = parseArgs({ args, options: { config: { type: 'string', short: 'c' }, upstream: { type: 'string' } }, allowPositionals: false }).values
-  } catch (err) {
-    process.stderr.write(`portcullis serve: ${(err as Error).message}\n\n${HELP}`)
-    return 2
-  }
+  const { values } = parsed('serve', () => parseArgs({ args, options: { ...HELP_OPTION, config: { type: 'string', short: 'c' }, upstream: { type: 'string' }, listen: { type: 'string', multiple: true } }, allowPositionals: false, strict: true }))
   const file = values.config ?? process.env.PORTCULLIS_CONFIG
-  // Read once: a SIGHUP reload keeps the engine the gateway started with.
-  const upstream: UpstreamOverrides = { ...(values.upstream !== undefined ? { flag: values.upstream } : {}), env: { ...process.env }, cwd: process.cwd() }
+  // Read once: a SIGHUP reload keeps the engine and the listeners the gateway started with.
+  const upstream: CommandLine = {
+    ...(values.upstream !== undefined ? { flag: values.upstream } : {}),
+    ...(values.listen !== undefined ? { listen: values.listen } : {}),
+    env: { ...process.env },
+    cwd: process.cwd(),
+  }
   let config: Config
   try {
     config = configFrom(file, upstream)
@@ -141,13 +233,15 @@ function ttlSeconds (text: string): number | null {
  * come from whoever holds the private key.
  */
 function token (args: string[]): number {
-  const usage = 'usage: portcullis token [--config FILE] --subject S [--tenant T] [--roles R1,R2] [--ttl 24h]\n'
-  const { values, positionals } = parseArgs({
+  const usage = USAGE.token.split('\n')[0] + '\n'
+  const { values, positionals } = parsed('token', () => parseArgs({
     args,
     allowPositionals: true,
-    options: { config: { type: 'string', short: 'c' }, subject: { type: 'string' }, tenant: { type: 'string' }, roles: { type: 'string' }, ttl: { type: 'string' } },
-  })
-  if (!values.subject || positionals.length) { process.stderr.write(usage); return 2 }
+    strict: true,
+    options: { ...HELP_OPTION, config: { type: 'string', short: 'c' }, subject: { type: 'string' }, tenant: { type: 'string' }, roles: { type: 'string' }, ttl: { type: 'string' } },
+  }))
+  if (positionals.length) throw new UsageError('token', `unexpected argument ${JSON.stringify(positionals[0])}`)
+  if (!values.subject) throw new UsageError('token', '--subject is required')
   const ttl = ttlSeconds(values.ttl ?? '24h')
   if (ttl === null) { process.stderr.write(`portcullis token: --ttl ${JSON.stringify(values.ttl)}: expected a number of seconds, or a number with s, m, h or d\n`); return 2 }
   const file = values.config ?? process.env.PORTCULLIS_CONFIG
@@ -176,14 +270,14 @@ function token (args: string[]): number {
   return 0
 }
 
-function configCheck (args: string[]): number {
-  const file = args[0]
-  if (!file || args.length > 1) {
-    process.stderr.write('usage: portcullis config check FILE\n')
-    return 2
-  }
+async function configCheck (args: string[]): Promise<number> {
+  const { positionals } = parsed('config check', () => parseArgs({ args, allowPositionals: true, strict: true, options: { ...HELP_OPTION } }))
+  if (positionals.length !== 1) throw new UsageError('config check', positionals.length === 0 ? 'no FILE given' : `expected one FILE, got ${positionals.length}`)
+  const file = positionals[0]
+  let config: Config
   try {
-    loadConfig(file)
+    // The engine as serve would find it without --upstream (the file's, else DOCKER_HOST...).
+    config = loadConfig(file, { env: { ...process.env }, cwd: process.cwd() })
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stdout.write(`${file}: ${err.problems.length} problem${err.problems.length === 1 ? '' : 's'}\n${err.problems.map((p) => `  - ${p}`).join('\n')}\n`)
@@ -192,19 +286,20 @@ function configCheck (args: string[]): number {
     throw err
   }
   process.stdout.write(`${file}: OK\n`)
+  // Valid, and would start: what it would most likely do other than meant.
+  for (const w of await configWarnings(config)) process.stderr.write(`warning: ${w}\n`)
   return 0
 }
 
 async function policyCheck (args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parsed('policy check', () => parseArgs({
     args,
     allowPositionals: true,
-    options: { dir: { type: 'string' }, subject: { type: 'string' }, tenant: { type: 'string' }, roles: { type: 'string' }, body: { type: 'string' } },
-  })
-  if (!values.subject || positionals.length !== 2) {
-    process.stderr.write('usage: portcullis policy check [--dir DIR] --subject S [--tenant T] [--roles R1,R2] METHOD PATH [--body FILE]\n')
-    return 2
-  }
+    strict: true,
+    options: { ...HELP_OPTION, dir: { type: 'string' }, subject: { type: 'string' }, tenant: { type: 'string' }, roles: { type: 'string' }, body: { type: 'string' } },
+  }))
+  if (!values.subject) throw new UsageError('policy check', '--subject is required')
+  if (positionals.length !== 2) throw new UsageError('policy check', `expected METHOD and PATH, got ${positionals.length} argument(s)`)
   const policy = await loadPolicy(values.dir ?? 'policies')
   const who = { subject: values.subject, tenant: values.tenant ?? null, roles: (values.roles ?? '').split(',').filter(Boolean) }
   const body = values.body ? fs.readFileSync(values.body) : undefined
@@ -223,7 +318,9 @@ async function policyCheck (args: string[]): Promise<number> {
 }
 
 async function policyTest (args: string[]): Promise<number> {
-  const dir = args[0] ?? 'policies'
+  const { positionals } = parsed('policy test', () => parseArgs({ args, allowPositionals: true, strict: true, options: { ...HELP_OPTION } }))
+  if (positionals.length > 1) throw new UsageError('policy test', `expected one directory, got ${positionals.length}`)
+  const dir = positionals[0] ?? 'policies'
   const { lines, passed, failed, warnings } = await runFixtures(dir)
   for (const w of warnings) process.stderr.write(`warning: ${w}\n`)
   process.stdout.write(lines.join('\n') + `\n${passed} passed, ${failed} failed\n`)
@@ -236,19 +333,15 @@ async function policy (args: string[]): Promise<number> {
     if (args[0] === 'test') return await policyTest(args.slice(1))
   } catch (err) {
     if (err instanceof PolicyError) { process.stderr.write(`portcullis: ${err.message}\n`); return 1 }
-    if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) { process.stderr.write(`portcullis policy: ${err.message}\n`); return 2 }
     throw err
   }
-  process.stderr.write('usage: portcullis policy check|test ...\n')
-  return 2
+  if (args[0] === '--help' || args[0] === '-h') throw new UsageError('policy', null)
+  throw new UsageError('policy', args[0] === undefined ? 'which one: check or test?' : `unknown subcommand ${JSON.stringify(args[0])}`)
 }
 
 function auditVerifyCommand (args: string[]): number {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { partial: { type: 'boolean' } } })
-  if (positionals.length === 0) {
-    process.stderr.write('usage: portcullis audit verify [--partial] FILE...\n')
-    return 2
-  }
+  const { values, positionals } = parsed('audit verify', () => parseArgs({ args, allowPositionals: true, strict: true, options: { ...HELP_OPTION, partial: { type: 'boolean' } } }))
+  if (positionals.length === 0) throw new UsageError('audit verify', 'no FILE given')
   const r = auditVerify(positionals, { partial: values.partial === true })
   for (const note of r.notes) process.stdout.write(`note: ${note}\n`)
   if (!r.ok) {
@@ -261,11 +354,8 @@ function auditVerifyCommand (args: string[]): number {
 }
 
 function auditReportCommand (args: string[]): number {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { since: { type: 'string' }, tenant: { type: 'string' } } })
-  if (positionals.length === 0) {
-    process.stderr.write('usage: portcullis audit report FILE... [--since TIME|DURATION] [--tenant T]\n')
-    return 2
-  }
+  const { values, positionals } = parsed('audit report', () => parseArgs({ args, allowPositionals: true, strict: true, options: { ...HELP_OPTION, since: { type: 'string' }, tenant: { type: 'string' } } }))
+  if (positionals.length === 0) throw new UsageError('audit report', 'no FILE given')
   process.stdout.write(auditReport(positionals, { ...(values.since !== undefined ? { since: values.since } : {}), ...(values.tenant !== undefined ? { tenant: values.tenant } : {}) }))
   return 0
 }
@@ -276,15 +366,24 @@ function audit (args: string[]): number {
     if (args[0] === 'report') return auditReportCommand(args.slice(1))
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
-    if (code?.startsWith('ERR_PARSE_ARGS') === true || (err as Error).message.startsWith('--since')) { process.stderr.write(`portcullis audit: ${(err as Error).message}\n`); return 2 }
+    if ((err as Error).message.startsWith('--since')) { process.stderr.write(`portcullis audit: ${(err as Error).message}\n`); return 2 }
     if (code !== undefined && /^E[A-Z]+$/.test(code)) { process.stderr.write(`portcullis audit: ${(err as Error).message}\n`); return 1 }
     throw err
   }
-  process.stderr.write('usage: portcullis audit verify|report FILE...\n')
-  return 2
+  if (args[0] === '--help' || args[0] === '-h') throw new UsageError('audit', null)
+  throw new UsageError('audit', args[0] === undefined ? 'which one: verify or report?' : `unknown subcommand ${JSON.stringify(args[0])}`)
 }
 
 export async function main (argv: string[]): Promise<number> {
+  try {
+    return await command(argv)
+  } catch (err) {
+    if (err instanceof UsageError) return usageAnswer(err)
+    throw err
+  }
+}
+
+async function command (argv: string[]): Promise<number> {
   const [command, ...rest] = argv
   switch (command) {
     case 'serve':
@@ -294,18 +393,20 @@ export async function main (argv: string[]): Promise<number> {
     case 'audit':
       return audit(rest)
     case 'token':
-      try {
-        return token(rest)
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS') === true) { process.stderr.write(`portcullis token: ${(err as Error).message}\n`); return 2 }
-        throw err
-      }
+      return token(rest)
     case 'config':
-      if (rest[0] === 'check') return configCheck(rest.slice(1))
-      process.stderr.write('usage: portcullis config check FILE\n')
-      return 2
+      if (rest[0] === 'check') return await configCheck(rest.slice(1))
+      if (rest[0] === '--help' || rest[0] === '-h') throw new UsageError('config', null)
+      throw new UsageError('config', rest[0] === undefined ? 'which one: check?' : `unknown subcommand ${JSON.stringify(rest[0])}`)
+    case 'help': {
+      const { positionals } = parsed('help', () => parseArgs({ args: rest, allowPositionals: true, strict: true, options: { ...HELP_OPTION } }))
+      const topic = positionals.join(' ')
+      if (topic === '') { process.stdout.write(HELP); return 0 }
+      if (USAGE[topic] === undefined) throw new UsageError('help', `no command ${JSON.stringify(topic)}`)
+      process.stdout.write(USAGE[topic])
+      return 0
+    }
     case undefined:
-    case 'help':
     case '--help':
     case '-h':
       process.stdout.write(HELP)

@@ -7,8 +7,9 @@
  * output (stdout and stderr) must be what the README shows; a line `…` there stands
  * for one line of anything (a container id).
  *
- * The example runs `busybox`: the engine's test image is tagged so for it (and the tag
- * removed afterwards if this test made it).
+ * The example runs `busybox`. Its first block makes that image offline, from
+ * busybox-static with `docker import`, when the engine has none: run as written on the
+ * run's engine (and the image removed afterwards if this test made it).
  */
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
@@ -49,8 +50,8 @@ const direct = async (args: string[]): Promise<void> => { await run(CLI28, args,
 
 t.test('README: two tenants, worked example', async (t) => {
   const found = blocks()
-  t.same(found.map((b) => b.lang), ['sh', 'console', 'sh'], 'the section: set-up, what each sees, stopping')
-  const [setup, transcript, stop] = found
+  t.same(found.map((b) => b.lang), ['sh', 'sh', 'console', 'sh'], 'the section: the busybox image offline, set-up, what each sees, stopping')
+  const [image, setup, transcript, stop] = found
   const steps = commands(transcript.text)
   t.ok(steps.length >= 8, `${steps.length} commands`)
 
@@ -64,17 +65,17 @@ t.test('README: two tenants, worked example', async (t) => {
   fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'))
   fs.cpSync(POLICIES, path.join(dir, 'policies'), { recursive: true })
 
-  const image = engine().image
   const hadBusybox = (await run(CLI28, ['image', 'inspect', 'busybox:latest'], { host: engine().dockerHost })).code === 0
-  if (!hadBusybox) await direct(['tag', image, 'busybox:latest'])
   await direct(['rm', '-f', ...CONTAINERS])
   t.teardown(async () => {
     await direct(['rm', '-f', ...CONTAINERS])
     if (!hadBusybox) await direct(['rmi', 'busybox:latest'])
   })
 
-  // One bash session: the set-up as written, each command between markers, then the stop.
+  // One bash session: the image and the set-up as written, each command between markers, then the stop.
   const script = [
+    image.text,
+    'printf "\\n@@@ image cmd=%s\\n" "$(docker image inspect --format "{{json .Config.Cmd}}" busybox:latest 2>&1)"',
     setup.text,
     ...steps.map((s, i) => `printf '\\n@@@ %s\\n' ${i}\n${s.command} 2>&1\nprintf '\\n@@@ %s rc=%s\\n' ${i} $?`),
     'printf "\\n@@@ stop\\n"',
@@ -106,6 +107,9 @@ t.test('README: two tenants, worked example', async (t) => {
   const diag = { stderr: stderr.slice(-3000), log: log.slice(-3000) }
   t.equal(code, 0, 'the session ends: the gateway stopped with kill %1', diag)
   t.equal(stderr, '', 'the set-up prints nothing on stderr', diag)
+  const made = /\n@@@ image cmd=(.*)\n/.exec(stdout)?.[1]
+  if (hadBusybox) t.pass('the engine had busybox: the offline step left it alone')
+  else t.equal(made, '["sh"]', 'no busybox on the engine: the offline step imported one from busybox-static')
 
   steps.forEach((s, i) => {
     const m = new RegExp(`\\n@@@ ${i}\\n([\\s\\S]*?)\\n?\\n@@@ ${i} rc=(\\d+)\\n`).exec(stdout)

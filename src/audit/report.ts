@@ -71,6 +71,15 @@ function duration (ms: number): string {
   return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m`
 }
 
+/** The tenancy rule that denies a reference to another tenant's object (it answers as a missing one). */
+const OWNERSHIP_RULE = 'tenant-ownership'
+/**
+ * A reference to an object the engine does not have at all: allowed by the policy and
+ * answered with the engine's own "no such object" (404, or 400 inside a body). Not a
+ * denial, and not a failure of the gateway or the engine.
+ */
+const isMiss = (r: Rec): boolean => r.decision !== 'deny' && (r.error?.code === 'NOT_FOUND' || r.error?.code === 'REFERENCE_MISSING')
+
 const tenantOf = (r: Rec): string => (r.identity ? (r.identity.tenant ?? '(none)') : '(unauthenticated)')
 const subjectOf = (r: Rec): string => r.identity?.subject ?? '(unauthenticated)'
 const ruleName = (r: { policy?: string, rule?: string } | null | undefined): string => (r ? `${r.rule ?? '?'} (${r.policy ?? '?'})` : '(no rule allows it)')
@@ -111,6 +120,8 @@ export function report (files: readonly string[], opts: ReportOptions = {}): str
 
   // Requests by tenant and operation.
   interface Row { requests: number, denied: number, wouldDeny: number, failed: number }
+  // References to other tenants' objects (denied) and to no object at all (misses), by tenant.
+  const crossTenant = new Map<string, { denied: number, misses: number }>()
   const byOp = new Map<string, Row>()
   // Denials, would-deny by rule; sessions by subject.
   const denials = new Map<string, { n: number, who: Map<string, number> }>()
@@ -125,7 +136,14 @@ export function report (files: readonly string[], opts: ReportOptions = {}): str
       const row = byOp.get(key) ?? { requests: 0, denied: 0, wouldDeny: 0, failed: 0 }
       row.requests++
       if (r.decision === 'deny') row.denied++
-      else if (r.error) row.failed++
+      else if (r.error && !isMiss(r)) row.failed++
+      const probe = r.decision === 'deny' && r.rule?.policy === 'tenancy' && r.rule.rule === OWNERSHIP_RULE
+      if (r.identity?.tenant && (probe || isMiss(r))) {
+        const c = crossTenant.get(tenantOf(r)) ?? { denied: 0, misses: 0 }
+        if (probe) c.denied++
+        else c.misses++
+        crossTenant.set(tenantOf(r), c)
+      }
       if ((r.wouldDeny ?? []).length > 0) row.wouldDeny++
       byOp.set(key, row)
       if (r.decision === 'deny') {
@@ -183,6 +201,15 @@ export function report (files: readonly string[], opts: ReportOptions = {}): str
     out.push(table(['rule (policy)', 'count', 'by'], rows, [false, true, false]))
   }
   ruleTable('Denials by rule', denials)
+
+  // A probe of another tenant's object and a miss get the same answer; only the trail tells them apart.
+  out.push('', `Cross-tenant denials (rule ${OWNERSHIP_RULE}: another tenant's object named) and misses (no such object on the engine)`)
+  const ct = [...crossTenant.values()].reduce((a, c) => ({ denied: a.denied + c.denied, misses: a.misses + c.misses }), { denied: 0, misses: 0 })
+  out.push(`  cross-tenant denials: ${ct.denied}`, `  misses: ${ct.misses}`)
+  if (crossTenant.size > 0) {
+    const rows = [...crossTenant].sort((a, b) => a[0].localeCompare(b[0])).map(([tenant, c]) => [tenant, c.denied, c.misses])
+    out.push(table(['tenant', 'cross-tenant denials', 'misses'], rows, [false, true, true]))
+  }
   ruleTable('Would deny by rule (audit-mode policies)', wouldDeny)
 
   out.push('', 'Hijacked sessions by subject (attach, exec, BuildKit)')

@@ -12,7 +12,7 @@ import { isScalar, parseDocument, type Document } from 'yaml'
 import { formatHostPort } from './addresses'
 import { errorCode } from './files'
 import { validate, type UpstreamOverrides } from './resolve'
-import { AUDIT_DEFAULTS, RATE_PER_DEFAULT } from './schema'
+import { AUDIT_DEFAULTS, DEFAULT_LISTENERS, RATE_PER_DEFAULT } from './schema'
 import type { Config, JsonObject, JsonValue, ListenerConfig, RoleRatesConfig, TlsFiles, UpstreamConfig } from './types'
 
 export type {
@@ -44,6 +44,41 @@ export type {
   UpstreamSource,
 } from './types'
 export type { UpstreamOverrides } from './resolve'
+export { configWarnings } from './warnings'
+
+/**
+ * What `serve` is told on its command line, over the config file (or the defaults): the
+ * engine (UpstreamOverrides) and `--listen` addresses, which replace the listeners.
+ */
+export interface CommandLine extends UpstreamOverrides {
+  /** `unix:PATH` (owner-only, the default socket's identity) or `tcp:HOST:PORT` (bearer tokens only). */
+  readonly listen?: readonly string[]
+}
+
+/**
+ * `--listen` addresses as listener entries, shaped like the built-in defaults: a unix
+ * socket is owner-only (0600) and whoever can connect acts as the user running the
+ * gateway, role admin; a TCP port takes bearer tokens only. Relative paths resolve
+ * against `cwd` (the command line's directory, not the config file's).
+ */
+function listenersFrom (flags: readonly string[], cwd: string): { listen: unknown[], problems: string[] } {
+  const listen: unknown[] = []
+  const problems: string[] = []
+  for (const flag of flags) {
+    const m = /^(unix|tcp):(?:\/\/)?(.+)$/.exec(flag)
+    if (!m) { problems.push(`--listen ${JSON.stringify(flag)}: expected unix:PATH or tcp:HOST:PORT`); continue }
+    listen.push(m[1] === 'unix' ? { ...DEFAULT_LISTENERS[0], unix: resolve(cwd, m[2]) } : { tcp: m[2] })
+  }
+  return { listen, problems }
+}
+
+/** The file's settings with the command line's listeners in place of its own. */
+function withCommandLine (value: { [key: string]: unknown }, overrides: CommandLine | undefined, source: string | null): { [key: string]: unknown } {
+  if (overrides?.listen === undefined || overrides.listen.length === 0) return value
+  const { listen, problems } = listenersFrom(overrides.listen, overrides.cwd ?? process.cwd())
+  if (problems.length > 0) throw new ConfigError(problems, source)
+  return { ...value, listen }
+}
 export { formatHostPort, parseHostPort, type HostPort } from './addresses'
 export { Credentials, loadCredentials, type RegistryAuth } from './credentials'
 export {
@@ -95,8 +130,8 @@ function deepFreeze<T> (value: T): T {
  * Throws ConfigError if the default socket path would be too long for a unix socket,
  * or if the given upstream is invalid or is the gateway's own listener.
  */
-export function defaultConfig (cwd: string = process.cwd(), upstream?: UpstreamOverrides): Config {
-  const { config, problems } = validate({}, null, { baseDir: resolve(cwd), ...(upstream !== undefined ? { upstream } : {}) })
+export function defaultConfig (cwd: string = process.cwd(), upstream?: CommandLine): Config {
+  const { config, problems } = validate(withCommandLine({}, upstream, null), null, { baseDir: resolve(cwd), ...(upstream !== undefined ? { upstream } : {}) })
   if (problems.length > 0) throw new ConfigError(problems, null)
   return deepFreeze(config)
 }
@@ -104,9 +139,9 @@ export function defaultConfig (cwd: string = process.cwd(), upstream?: UpstreamO
 /**
  * Reads, parses and validates a YAML config file. Throws ConfigError listing every
  * problem. `upstream`: `--upstream` (replaces the file's) and DOCKER_HOST (used when
- * the file has none).
+ * the file has none); `listen`: `--listen` addresses that replace the file's listeners.
  */
-export function loadConfig (file: string, upstream?: UpstreamOverrides): Config {
+export function loadConfig (file: string, upstream?: CommandLine): Config {
   const path = resolve(file)
   let text: string
   try {
@@ -127,7 +162,7 @@ function yamlMessage (kind: string, message: string): string {
  * Parses and validates YAML text. `source` is the file the text came from;
  * relative paths resolve against its directory. Throws ConfigError listing every problem.
  */
-export function parseConfig (text: string, source: string, upstream?: UpstreamOverrides): Config {
+export function parseConfig (text: string, source: string, upstream?: CommandLine): Config {
   const file = resolve(source)
   const doc: Document.Parsed = parseDocument(text, { prettyErrors: true, uniqueKeys: true })
   const problems: string[] = [
@@ -148,7 +183,7 @@ export function parseConfig (text: string, source: string, upstream?: UpstreamOv
     throw new ConfigError([`(root): expected a mapping at the top level, got ${got}`], file)
   }
 
-  const result = validate(value as { [key: string]: unknown }, file, {
+  const result = validate(withCommandLine(value as { [key: string]: unknown }, upstream, file), file, {
     baseDir: dirname(file),
     ...(upstream !== undefined ? { upstream } : {}),
     sourceOf: (keys) => {

@@ -3,7 +3,7 @@
  * listeners, and handles reload and shutdown.
  */
 import pino, { type Logger } from 'pino'
-import { Credentials, describeConfig, type Config } from '../config'
+import { Credentials, describeConfig, type Config, type JsonObject, type JsonValue } from '../config'
 import { acceptedCredentials, createAuthenticator, type Authenticator } from './authenticate'
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
@@ -129,12 +129,13 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
           l.server.setSecureContext({ cert: now.tls.material.cert, key: now.tls.material.key, ...(now.tls.material.ca ? { ca: now.tls.material.ca } : {}) })
         }
       }
-      const before = describeConfig(current)
-      const after = describeConfig(next)
-      const restartNeeded = ['listen', 'upstream', 'hostPaths', 'api', 'limits', 'rates', 'policy'].filter((k) => JSON.stringify(before[k]) !== JSON.stringify(after[k]))
+      // Each changed setting that this reload did not apply is named, with the value kept.
+      const unapplied = needsRestart(describeConfig(current), describeConfig(next))
+      for (const c of unapplied) log.warn({ setting: c.setting, kept: c.kept ?? null, wanted: c.wanted ?? null }, `${c.setting} changed: needs a restart, kept ${shown(c.kept)}`)
+      const restartNeeded = [...new Set(unapplied.map((c) => c.setting.split(/[.[]/)[0]))]
       if (restartNeeded.length) log.warn({ keys: restartNeeded }, 'configuration changes that need a restart were not applied')
       current = { ...current, log: next.log, auth: next.auth, registries: next.registries }
-      log.info('configuration reloaded')
+      log.info({ applied: ['log', 'auth', 'registries', 'listener TLS certificates', 'policy'], ...(unapplied.length ? { needsRestart: unapplied.map((c) => c.setting) } : {}) }, 'configuration reloaded')
     },
     async close (): Promise<void> {
       log.info({ activeRequests: inflight.activeRequests, activeStreams: inflight.activeStreams }, 'shutting down')
@@ -157,6 +158,43 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       log.info('stopped')
     },
   }
+}
+
+/**
+ * What a reload applies (see reload above): the log level, authentication, registry
+ * credentials (and each TLS listener's certificates, re-read from the same files). Every
+ * other setting is read once, at start: the listeners, the engine, metrics, audit, the
+ * policy's place, limits, rates, the API window, shutdown.
+ */
+const RELOADABLE = new Set(['source', 'log', 'auth', 'registries'])
+
+interface Unapplied { readonly setting: string, readonly kept: JsonValue | undefined, readonly wanted: JsonValue | undefined }
+
+/** The settings (dotted paths into describeConfig) that differ and that a reload does not apply. */
+function needsRestart (before: JsonObject, after: JsonObject): Unapplied[] {
+  const out: Unapplied[] = []
+  const walk = (a: JsonValue | undefined, b: JsonValue | undefined, at: string): void => {
+    if (JSON.stringify(a) === JSON.stringify(b)) return
+    if (isMapping(a) && isMapping(b)) {
+      for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) walk(a[k], b[k], `${at}.${k}`)
+      return
+    }
+    out.push({ setting: at, kept: a, wanted: b })
+  }
+  for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
+    if (!RELOADABLE.has(k)) walk(before[k], after[k], k)
+  }
+  return out
+}
+
+const isMapping = (v: JsonValue | undefined): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v)
+
+/** A kept value as the log message shows it: listeners by name, other values as written. */
+function shown (v: JsonValue | undefined): string {
+  if (v === undefined) return '(not set)'
+  if (typeof v === 'string') return v
+  if (Array.isArray(v) && v.every((x) => isMapping(x) && typeof x.name === 'string')) return v.map((x) => (x as JsonObject).name).join(', ')
+  return JSON.stringify(v)
 }
 
 function packageVersion (): string {

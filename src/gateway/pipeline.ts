@@ -266,7 +266,7 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   const scoped = await deps.tenancy.scope(ctx.identity!, ctx.target!, ctx.decodedBody, policy.tenancy, typeof clientAuth === 'string' ? clientAuth : undefined)
   if (scoped.decision === 'unscoped') return ctx.decodedBody
   if (scoped.decision === 'refused') {
-    deniedByTenancy(ctx, scoped.rule)
+    deniedByTenancy(ctx, scoped.error)
     throw scoped.error
   }
   if (scoped.remounts !== undefined) {
@@ -307,9 +307,17 @@ async function recheckBinds (deps: GatewayDeps, ctx: RequestContext, policy: Pol
   throw new GatewayError('FORBIDDEN', await denialMessage(policy, ctx.identity!, ctx.target!, evaluation))
 }
 
-/** A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as a denial by its rule. */
-function deniedByTenancy (ctx: RequestContext, rule: string): void {
-  if (ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule } }
+/**
+ * A tenancy refusal (while scoping, or while a body filter reads the body) is recorded as
+ * a denial by its rule. A reference that names nothing on the engine at all is not a
+ * refusal but the engine's own "no such object" (refusal.ts `absent`): the record keeps
+ * the policy's decision and shows the 404 (or 400) the client got, so that a probe of
+ * another tenant's object stands out from an ordinary miss (compose asking whether its
+ * network exists yet).
+ */
+function deniedByTenancy (ctx: RequestContext, refusal: TenancyRefusal): void {
+  if (refusal.absent) return
+  if (ctx.decision) ctx.decision = { ...ctx.decision, decision: 'deny', rule: { policy: 'tenancy', rule: refusal.rule } }
 }
 
 /**
@@ -516,7 +524,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     }
   } catch (err) {
     // A body filter's refusal (an upload read as it was forwarded) is tenancy's too.
-    if (err instanceof TenancyRefusal) deniedByTenancy(ctx, err.rule)
+    if (err instanceof TenancyRefusal) deniedByTenancy(ctx, err)
     let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
       try { on('finished') } catch (auditErr) { e = fail(ctx, auditErr) }

@@ -101,8 +101,10 @@ export { refuse } from './refusal'
  * engine looks up as the object the request acts on (commit's container, network
  * connect's container), is a 404; one inside a body that the engine checks as part of
  * a configuration (links, a service's secrets and configs) is the engine's 400.
+ * `absent`: the reference names nothing on the engine at all (a miss: audited as the
+ * policy decided, not as a denial); the words are the same either way.
  */
-export function missing (kind: ObjectKind, ref: string, opId: string, where: 'path' | 'body' | 'link' | 'endpoint' = 'path'): TenancyRefusal {
+export function missing (kind: ObjectKind, ref: string, opId: string, where: 'path' | 'body' | 'link' | 'endpoint' = 'path', absent = false): TenancyRefusal {
   let message: string
   switch (kind) {
     case 'container':
@@ -132,7 +134,7 @@ export function missing (kind: ObjectKind, ref: string, opId: string, where: 'pa
     default: message = `${kind} ${ref} not found`
   }
   // `missing` lets the tenancy stage answer in another engine's words (podman.ts).
-  return new TenancyRefusal(where === 'path' || where === 'endpoint' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message, 'tenant-ownership', { missing: { kind, ref, opId, where } })
+  return new TenancyRefusal(where === 'path' || where === 'endpoint' ? 'NOT_FOUND' : 'REFERENCE_MISSING', message, 'tenant-ownership', { missing: { kind, ref, opId, where }, absent })
 }
 
 /**

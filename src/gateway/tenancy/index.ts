@@ -116,7 +116,7 @@ export class Tenancy {
     const m = err.missing
     // (An engine that cannot be asked which it is keeps the answer it had.)
     if (!m || await this.resolver.engine().catch(() => 'docker') !== 'podman') return err
-    return new TenancyRefusal(err.code, err.message, err.rule, { answer: podmanMissing(m), missing: m })
+    return new TenancyRefusal(err.code, err.message, err.rule, { answer: podmanMissing(m), missing: m, absent: err.absent })
   }
 
   close (): void { this.stopWatching() }

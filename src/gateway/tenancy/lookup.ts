@@ -29,9 +29,15 @@ export type Resolution =
   | { readonly state: 'own', readonly id: string, readonly name?: string }
   /** Visible but not the tenant's: shared images, the predefined networks. */
   | { readonly state: 'shared', readonly id: string, readonly name?: string }
-  | { readonly state: 'missing' }
+  /**
+   * Not the tenant's to see. `absent`: the engine has no object the reference could name
+   * at all (no id, exact name or id prefix matches, over all objects), so the engine's own
+   * answer would be the same "no such object": a miss, not a probe of another's object.
+   */
+  | { readonly state: 'missing', readonly absent?: true }
 
 type Labels = Record<string, string> | null | undefined
+const ABSENT: Resolution = { state: 'missing', absent: true }
 const FULL_ID = /^[0-9a-f]{64}$/
 const SWARM_ID = /^[0-9a-z]{25}$/
 /** Networks every engine has; tenants may attach to bridge and none, and nobody owns them. */
@@ -391,9 +397,14 @@ export class Resolver {
     return prefixed.length === 1 ? prefixed[0] : null
   }
 
-  /** The engine's pick among all objects, then its owner decides: the tenant's own, or missing. */
-  private decide (pick: { id: string, names: string[], owner: string | null } | null, tenant: string): Resolution {
-    if (!pick || pick.owner !== tenant) return { state: 'missing' }
+  /** Whether no object of `all` could be what the engine picks for `ref` (none matches by id, name or id prefix). */
+  private noneMatches (ref: string, all: Array<{ id: string, names: string[] }>): boolean {
+    return ref !== '' && !all.some((o) => o.id === ref || o.names.includes(ref) || o.id.startsWith(ref))
+  }
+
+  /** The engine's pick among all objects, then its owner decides: the tenant's own, or missing (absent when nothing matched). */
+  private decide (pick: { id: string, names: string[], owner: string | null } | null, tenant: string, absent: boolean): Resolution {
+    if (!pick || pick.owner !== tenant) return absent ? ABSENT : { state: 'missing' }
     return { state: 'own', id: pick.id, ...(pick.names[0] ? { name: pick.names[0] } : {}) }
   }
 
@@ -409,7 +420,7 @@ export class Resolver {
     if (r.status !== 200 || !Array.isArray(r.body)) throw new GatewayError('UPSTREAM_FAILED', `listing containers for an ownership check failed (${r.status})`)
     // Names include the links' `/parent/alias` names, which the engine's name registry resolves too.
     const all = (r.body as any[]).map((c) => ({ id: String(c.Id), names: (c.Names ?? []).map((n: string) => String(n).replace(/^\//, '')), owner: ownerOf(c.Labels) }))
-    return this.decide(this.pick(name, all), tenant)
+    return this.decide(this.pick(name, all), tenant, this.noneMatches(name, all))
   }
 
   /**
@@ -440,14 +451,16 @@ export class Resolver {
     if (!pick && engine === 'podman' && ref === PODMAN_DEFAULT_NETWORK) {
       const d = await this.get(`/networks/${enc(ref)}`)
       if (d.status === 200 && ownerOf(d.body?.Labels) === null) return { state: 'shared', id: String(d.body.Id), name: ref }
+      if (d.status === 200) return { state: 'missing' }
     }
-    return this.decide(pick, tenant)
+    return this.decide(pick, tenant, this.noneMatches(ref, all))
   }
 
   async volume (name: string, tenant: string): Promise<Resolution> {
-    if (!volumeName(name)) return { state: 'missing' }
+    // A name the engine could not have given a volume names none.
+    if (!volumeName(name)) return ABSENT
     const r = await this.get(`/volumes/${enc(name)}`)
-    if (r.status === 404) return { state: 'missing' }
+    if (r.status === 404) return ABSENT
     if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `looking up volume ${name} failed (${r.status})`)
     return ownerOf(r.body?.Labels) === tenant ? { state: 'own', id: name, name } : { state: 'missing' }
   }
@@ -461,6 +474,7 @@ export class Resolver {
     let container = this.cache.parent(id)
     if (container === undefined) {
       const r = await this.get(`/exec/${enc(id)}/json`)
+      if (r.status === 404) return ABSENT
       if (r.status !== 200) return { state: 'missing' }
       container = String(r.body?.ContainerID ?? '')
       if (r.body?.ID === id) this.cache.setParent(id, container)
@@ -477,7 +491,7 @@ export class Resolver {
     // Not a swarm manager: the engine's own 503, whatever the reference.
     const r = await this.swarmGet(`/${kind}s`, 'relay')
     const all = (Array.isArray(r.body) ? r.body as any[] : []).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')], owner: ownerOf(o.Spec?.Labels) }))
-    return this.decide(this.pick(ref, all), tenant)
+    return this.decide(this.pick(ref, all), tenant, this.noneMatches(ref, all))
   }
 
   async service (ref: string, tenant: string): Promise<Resolution> { return this.swarmObject('service', ref, tenant) }
@@ -489,6 +503,7 @@ export class Resolver {
     let id = ref
     if (service === undefined) {
       const r = await this.swarmGet(`/tasks/${enc(ref)}`, 'relay')
+      if (r.status === 404) return ABSENT
       if (r.status !== 200) return { state: 'missing' }
       id = String(r.body?.ID)
       service = String(r.body?.ServiceID ?? '')
@@ -509,6 +524,8 @@ export class Resolver {
     if (r.status >= 500 && !/cannot specify 64-byte hexadecimal strings/.test(String(r.body?.message))) {
       throw new GatewayError('UPSTREAM_FAILED', `ownership lookup failed: the engine answered ${r.status} to GET ${path}`)
     }
+    // The engine's own inspect resolved the reference (id, name, digest, id prefix) to nothing.
+    if (r.status === 404) return ABSENT
     if (r.status !== 200) return { state: 'missing' }
     const owner = ownerOf(r.body?.Config?.Labels)
     if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }

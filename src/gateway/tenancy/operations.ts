@@ -49,7 +49,7 @@ async function resolve (call: Call, kind: Resolvable, ref: string): Promise<Reso
 /** The object a reference names must be the tenant's own; answers as missing otherwise. Returns its full id. */
 async function own (call: Call, kind: Resolvable, ref: string, where: 'path' | 'body' | 'link' | 'endpoint' = 'path'): Promise<string> {
   const res = await resolve(call, kind, ref)
-  if (res.state !== 'own') throw missing(kind, ref, call.op.id, where)
+  if (res.state !== 'own') throw missing(kind, ref, call.op.id, where, res.state === 'missing' && res.absent === true)
   return res.id
 }
 
@@ -244,7 +244,7 @@ function pinnedNetwork (ref: string, found: Found): string {
 
 async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'body' = 'path'): Promise<Found> {
   const res = await call.r.network(ref, call.tenant)
-  if (res.state === 'missing') throw missing('network', ref, call.op.id, where)
+  if (res.state === 'missing') throw missing('network', ref, call.op.id, where, res.absent === true)
   return res
 }
 
@@ -366,7 +366,7 @@ const containerRename: Handler = async (call) => {
 async function buildImage (call: Call, ref: string): Promise<void> {
   const res = await call.r.image(ref, call.tenant)
   if (res.state === 'own' || res.state === 'shared') return
-  if (res.state === 'foreign' || looksLikeImageId(ref)) throw missing('image', ref, call.op.id)
+  if (res.state === 'foreign' || looksLikeImageId(ref)) throw missing('image', ref, call.op.id, 'path', res.state === 'missing' && res.absent === true)
   const parsed = parseImageRef(ref)
   if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format in the Dockerfile: ${JSON.stringify(ref)}`)
   if (!registryAllowed(call.settings, parsed.registry)) throw refuse('registry-not-allowed', `the build pulls ${familiar(ref)} from registry ${parsed.registry}, which is not allowed for tenant ${call.tenant}`)
@@ -374,7 +374,7 @@ async function buildImage (call: Call, ref: string): Promise<void> {
 
 async function visibleImage (call: Call, ref: string): Promise<Found> {
   const res = await call.r.image(ref, call.tenant)
-  if (res.state === 'missing' || res.state === 'foreign') throw missing('image', ref, call.op.id)
+  if (res.state === 'missing' || res.state === 'foreign') throw missing('image', ref, call.op.id, 'path', res.state === 'missing' && res.absent === true)
   return res
 }
 
@@ -648,7 +648,7 @@ const networkCreate: Handler = async (call) => {
   const from = str(bodyAt(call, 'ConfigFrom', 'Network'))
   if (from !== '') {
     const found = await call.r.network(from, call.tenant)
-    if (found.state !== 'own' || found.name !== from) throw missing('network', from, call.op.id, 'body')
+    if (found.state !== 'own' || found.name !== from) throw missing('network', from, call.op.id, 'body', found.state === 'missing' && found.absent === true)
   }
   await nameFree(call, 'network', name)
   stamp(call, ['Labels'])
@@ -740,7 +740,8 @@ async function serviceReferences (call: Call): Promise<void> {
   for (const m of list(cs?.Mounts)) {
     if (swarmMountType((m as any)?.Type) === 'volume' && str((m as any)?.Source)) {
       const src = str((m as any).Source)
-      if ((await call.r.volume(src, call.tenant)).state !== 'own') throw missing('volume', src, call.op.id, 'body')
+      const res = await call.r.volume(src, call.tenant)
+      if (res.state !== 'own') throw missing('volume', src, call.op.id, 'body', res.state === 'missing' && res.absent === true)
     }
   }
   // The image: another tenant's private image is refused as missing; one not on the

@@ -12,10 +12,18 @@ export class TenancyRefusal extends GatewayError {
   readonly rule: string
   /** Set when the refusal is "no such object": another engine words that its own way (podman.ts). */
   readonly missing?: MissingRef
-  constructor (code: ErrorCode, message: string, rule: string, options?: { cause?: unknown, answer?: EngineAnswer, missing?: MissingRef }) {
+  /**
+   * A "no such object" for a reference that names nothing on the engine at all (lookup.ts
+   * Resolution `absent`): the engine's own answer, given by the gateway; a miss, not a
+   * refusal. The pipeline records it as the policy decided (allowed), with the answer's
+   * status, never as a denial by `rule`. The client's answer is the same either way.
+   */
+  readonly absent: boolean
+  constructor (code: ErrorCode, message: string, rule: string, options?: { cause?: unknown, answer?: EngineAnswer, missing?: MissingRef, absent?: boolean }) {
     super(code, message, options)
     this.rule = rule
     if (options?.missing) this.missing = options.missing
+    this.absent = options?.absent === true
   }
 }
 
