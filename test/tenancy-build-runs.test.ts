@@ -10,7 +10,7 @@
  *   layers (no "Using cache", another secret), A rebuilding gets its own;
  * - base images the engine would pull (absent, or `pull=1`) are refused with named rules.
  */
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
 import { engine, request, startTestGateway, tarOf, type RawReply, type TestGateway } from './helpers/gateway'
@@ -95,6 +95,27 @@ t.test('B cannot store a trigger the gateway would refuse: commit changes, commi
   t.equal(ok.status, 201, 'a trigger naming the shared catalog is stored')
 })
 
+/** A `docker load` archive of one image tagged `tag` whose config stores `triggers`. */
+function loadArchive (tag: string, triggers: string[]): Buffer {
+  const layer = tarOf({ x: 'y\n' })
+  const config = { architecture: 'amd64', os: 'linux', config: { OnBuild: triggers }, rootfs: { type: 'layers', diff_ids: [`sha256:${createHash('sha256').update(layer).digest('hex')}`] } }
+  // tarOf's entries are text: the layer (a tar of ASCII headers and data) passes as one.
+  return tarOf({ 'layer.tar': layer.toString('latin1'), 'config.json': JSON.stringify(config), 'manifest.json': JSON.stringify([{ Config: 'config.json', RepoTags: [tag], Layers: ['layer.tar'] }]) })
+}
+
+t.test('a load archive\'s image config: its triggers are judged', async (t) => {
+  const bad = await as('b', 'POST', '/v1.41/images/load', loadArchive(`${TB}/loaded-bad:1`, [`COPY --from=${A_IMAGE} /bin/busybox /stolen`]), 'application/x-tar')
+  t.equal(bad.status, 404, 'a trigger naming A\'s image: answered as missing')
+  t.match(bad.json?.message, `No such image: ${A_IMAGE}`)
+  t.equal((await direct('GET', `/images/${TB}/loaded-bad:1/json`)).status, 404, 'nothing loaded')
+  const url = await as('b', 'POST', '/v1.41/images/load', loadArchive(`${TB}/loaded-url:1`, ['ADD http://127.0.0.1:1/x /x']), 'application/x-tar')
+  t.equal(url.status, 403, 'a trigger fetching a URL')
+  t.match(url.json?.message, /rule build-add-url/)
+  const ok = await as('b', 'POST', '/v1.41/images/load', loadArchive(`${TB}/loaded-ok:1`, ['RUN true']), 'application/x-tar')
+  t.equal(ok.status, 200, 'a harmless trigger is loaded', { body: ok.text })
+  t.same((await direct('GET', `/images/${TB}/loaded-ok:1/json`)).json?.Config?.OnBuild, ['RUN true'], 'and stored')
+})
+
 t.test('a stored trigger is judged when B builds FROM the image: refused, nothing copied', async (t) => {
   const cases: Array<[string, string[], number, RegExp]> = [
     ['COPY --from A\'s image', [`COPY --from=${A_IMAGE} /bin/busybox /stolen`], 404, new RegExp(`No such image: ${A_IMAGE}`)],
@@ -149,6 +170,9 @@ t.test('base images the engine would pull are refused', async (t) => {
   const absent = await build('b', 'FROM docker.io/library/portcullis-absent:1\n')
   t.equal(absent.r.status, 403)
   t.match(absent.r.json?.message, /rule build-image-absent/)
+  const loopback = await build('b', 'FROM 127.0.0.1:5000/x/y:1\n')
+  t.equal(loopback.r.status, 403, 'the shipped allow-list has no registry on the host\'s loopback')
+  t.match(loopback.r.json?.message, /rule registry-not-allowed/)
   const pull = await build('b', `FROM ${IMAGE}\n`, '&pull=1')
   t.equal(pull.r.status, 403)
   t.match(pull.r.json?.message, /rule build-pull/)
