@@ -179,3 +179,28 @@ t.test('base images the engine would pull are refused', async (t) => {
   const noPull = await build('b', `FROM ${IMAGE}\n`, '&pull=False')
   t.equal(noPull.r.status, 200, 'pull=False (docker-py) is no pull')
 })
+
+t.test('build steps: the query\'s host settings judged like a create\'s, and a default memory limit', async (t) => {
+  const cases: Array<[string, string, RegExp]> = [
+    ['memory of 100 GiB', `&memory=${100 * 1024 ** 3}`, /rule build-memory/],
+    ['a 64 GiB /dev/shm', `&shmsize=${64 * 1024 ** 3}`, /shm-size/],
+    ['seccomp unconfined', `&securityopt=${q('seccomp=unconfined')}`, /security-options/],
+    ['seccomp unconfined, second of two', `&securityopt=no-new-privileges&securityopt=${q('seccomp=unconfined')}`, /security-options/],
+    ['unlimited nofile, lower-case JSON keys', `&ulimits=${q(JSON.stringify([{ name: 'nofile', soft: -1, hard: -1 }]))}`, /ulimits/],
+    ['cpu shares above 1024', '&cpushares=4096', /cpu-shares/],
+    ['a cgroup parent', `&cgroupparent=${q('/')}`, /no-cgroup-parent/],
+  ]
+  for (const [why, query, rule] of cases) {
+    const { r, built } = await build('b', `FROM ${IMAGE}\nRUN true\n`, query)
+    t.equal(r.status, 403, why)
+    t.match(r.json?.message, rule, why)
+    t.notOk(built, `${why}: nothing built`)
+  }
+  const probe = `FROM ${IMAGE}\nRUN echo limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes) ${RUN}-probe\n`
+  const dflt = await build('b', probe)
+  t.equal(dflt.r.status, 200, 'a build naming no limit is built', { body: dflt.r.text })
+  t.match(dflt.r.text, `limit=${2 * 1024 ** 3} ${RUN}-probe`, 'its RUN step had the default memory limit')
+  const own = await build('b', probe.replace('-probe', '-probe2'), `&memory=${512 * 1024 ** 2}`)
+  t.equal(own.r.status, 200, 'a build naming a smaller limit is built')
+  t.match(own.r.text, `limit=${512 * 1024 ** 2} ${RUN}-probe2`, 'with that limit')
+})

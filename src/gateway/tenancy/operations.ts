@@ -506,6 +506,7 @@ const imageBuild: Handler = async (call) => {
   if (boolValue(call.query.get('pull'))) throw refuse('build-pull', 'a build that pulls its base images runs triggers the gateway has not seen: pull them first through the gateway (docker pull), then build without --pull')
   await ownCache(call)
   registryConfig(call)
+  buildLimits(call)
   // BuildKit exporters (API 1.40+) can name images too: those names obey the namespace.
   const outputs = call.query.get('outputs')
   if (outputs) {
@@ -531,6 +532,26 @@ const imageBuild: Handler = async (call) => {
 /** A boolean query parameter as the engine reads it (httputils.BoolValue). */
 function boolValue (v: string | null): boolean {
   return !['', '0', 'no', 'false', 'none'].includes((v ?? '').trim().toLowerCase())
+}
+
+/**
+ * The step containers of a classic build are the builder's (no ContainerCreate passes
+ * the gateway); they get what the build's query gives them (moby dockerfile
+ * hostConfigFromOptions), which the policy judges as the facts a create's HostConfig
+ * gives (policy/facts.ts buildFacts). On top: a memory limit (tenancy.yaml
+ * builds.memory) when the build names none, and no more than that. (no-new-privileges
+ * cannot be given: dockerd 20.10's classic builder refuses any `securityopt`.)
+ */
+function buildLimits (call: Call): void {
+  const asked = call.query.get('memory') ?? ''
+  // As the engine reads it: Int64ValueOrZero.
+  const memory = /^[+-]?\d{1,19}$/.test(asked) ? Number(asked) : 0
+  const max = call.settings.builds.memory
+  if (memory > max) throw refuse('build-memory', `a build step's memory limit of ${memory} bytes is above the ${max} bytes tenancy.yaml allows tenants' builds (builds.memory)`)
+  if (memory <= 0) {
+    call.setQuery('memory', String(max))
+    call.patch.push({ op: 'add', path: '/query/memory', value: String(max) })
+  }
 }
 
 /** Names the engine never resolves to an image: a `cachefrom` that lets no cache hit through. */
