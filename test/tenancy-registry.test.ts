@@ -26,7 +26,7 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI28, engine, POLICIES, run, startTestGateway, type RunResult } from './helpers/gateway'
+import { CLI28, engine, policiesWith, run, startTestGateway, type RunResult } from './helpers/gateway'
 import { registryAuthHeader, startRegistry, type Registry } from './helpers/registry'
 
 const IMAGE = engine().image
@@ -56,6 +56,8 @@ let reg: Registry
 let user = ''
 let password = ''
 let credFile = ''
+/** The shipped policies, with this run's registry allowed (the shipped allow-list has no loopback registry). */
+let policyDir = ''
 let gateway: Gateway
 const log: string[] = []
 const sock = path.join(tmp, 'gw.sock')
@@ -71,7 +73,7 @@ function configText (credentials: string): string {
   - { name: unix, unix: ${sock} }
 upstream: unix://${engine().socket}
 auth: { jwt: { secret: ${SECRET} } }
-policy: { dir: ${POLICIES} }
+policy: { dir: ${policyDir} }
 audit: { file: ${audit} }
 log: { level: trace }
 shutdown: { graceSeconds: 2 }
@@ -90,6 +92,7 @@ const lastLine = (s: string): string => s.trim().split('\n').pop() ?? ''
 
 t.before(async () => {
   reg = await startRegistry()
+  policyDir = policiesWith((text) => text.replace(/^( {2}allowed: \[docker\.io)\]$/m, `$1, "${reg.address}"]`))
   ;[[user, password]] = Object.entries(reg.users)
   REPO = `${reg.address}/team-a/app`
   credFile = path.join(tmp, 'registry-credentials.yaml')
@@ -129,6 +132,24 @@ t.test('team-a removes the tag and pulls it back', async (t) => {
   t.equal(pull.code, 0, `docker pull ${REPO}:1`, out(pull))
   t.match(pull.stdout.toString(), new RegExp(`Status: Downloaded newer image for ${REPO.replace(/\./g, '\\.')}:1`), lastLine(pull.stdout.toString()))
   t.equal((await direct(['image', 'inspect', `${REPO}:1`])).code, 0, 'the engine has it again')
+})
+
+t.test('a build FROM team-a\'s private registry image: pulled through the gateway first, then built', async (t) => {
+  const dir = fs.mkdtempSync(path.join(tmp, 'ctx-'))
+  fs.writeFileSync(path.join(dir, 'Dockerfile'), `FROM ${REPO}:1\nRUN true\n`)
+  // team-a's own config.json carries (wrong) credentials: the CLI sends them in X-Registry-Config.
+  const own = dockerConfig('a', { [reg.address]: { auth: Buffer.from('someone:wrong').toString('base64') } })
+  const buildIt = async (): Promise<RunResult> => await run(CLI28, ['build', '-q', '-t', 'team-a/from-registry:1', dir], { host: `unix://${sock}`, env: { DOCKER_CONFIG: own, DOCKER_BUILDKIT: '0' }, timeoutMs: 180_000 })
+  const built = await buildIt()
+  t.equal(built.code, 0, 'built FROM the pulled image', out(built))
+  t.equal((await docker(A, ['rmi', `${REPO}:1`])).code, 0, 'team-a removes the tag')
+  const absent = await buildIt()
+  t.not(absent.code, 0, 'without the image the build is refused')
+  t.match(absent.stderr, /rule build-image-absent/, lastLine(absent.stderr))
+  t.equal((await docker(own, ['pull', `${REPO}:1`])).code, 0, 'team-a pulls it with the gateway\'s credentials (its own wrong ones replaced)')
+  const again = await buildIt()
+  t.equal(again.code, 0, 'and builds', out(again))
+  await direct(['rmi', 'team-a/from-registry:1'])
 })
 
 t.test('team-b has no credentials: its pull and push fail at the registry', async (t) => {
@@ -233,7 +254,7 @@ t.test('a registry that answers the login with a refresh token: the tenant does 
     })
   })
   await new Promise<void>((resolve) => fake.listen(fakeSock, resolve))
-  const fgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\nregistries: { credentials: ${credFile} }\n`, `unix://${fakeSock}`)
+  const fgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\nregistries: { credentials: ${credFile} }\n`, `unix://${fakeSock}`, policyDir)
   t.teardown(async () => { await fgw.close(); fake.closeAllConnections(); fake.close() })
   const cfg = dockerConfig('a')
   const login = await run(CLI28, ['login', reg.address, '-u', 'someone', '--password-stdin'], { host: fgw.dockerHost, env: { DOCKER_CONFIG: cfg }, stdin: 'typed\n', timeoutMs: 60_000 })

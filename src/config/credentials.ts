@@ -27,6 +27,11 @@ export class Credentials {
     return this.byTenant.get(tenant)?.get(registry.toLowerCase())
   }
 
+  /** The registries the gateway holds credentials of `tenant` for (a build's X-Registry-Config). */
+  registries (tenant: string): string[] {
+    return [...(this.byTenant.get(tenant)?.keys() ?? [])]
+  }
+
   /** Which tenants have credentials for how many registries (never the values). */
   describe (): Record<string, string[]> {
     return Object.fromEntries([...this.byTenant].map(([t, m]) => [t, [...m.keys()]]))

@@ -237,12 +237,33 @@ function serviceFacts (f: Facts, spec: Json): void {
   f.serviceRuntime = str(task.Runtime) || (Object.keys(obj(task.PluginSpec)).length ? 'plugin' : Object.keys(obj(task.NetworkAttachmentSpec)).length ? 'attachment' : '')
 }
 
-/** Build query parameters that matter: `networkmode`, `extrahosts`. */
-function buildFacts (f: Facts, query: Readonly<Record<string, string>>): void {
+/**
+ * Build query parameters that matter: `networkmode`, `extrahosts`, and the host settings
+ * of the containers the classic builder runs its steps in (moby dockerfile
+ * hostConfigFromOptions): the same facts a ContainerCreate's HostConfig gives, so one rule
+ * judges both. Read as the engine reads them (router/build newImageBuildOptions): numbers
+ * with Int64ValueOrZero, `extrahosts` and `securityopt` as every repeat, `ulimits` as JSON.
+ */
+function buildFacts (f: Facts, query: Readonly<Record<string, string>>, all: URLSearchParams): void {
   f.buildNetwork = query.networkmode ?? ''
-  f.buildExtraHosts = (query.extrahosts ?? '').split(',').map((s) => s.trim()).filter(Boolean)
-  f.memory = num(query.memory)
+  f.buildExtraHosts = all.getAll('extrahosts').flatMap((h) => h.split(',')).map((s) => s.trim()).filter(Boolean)
+  f.memory = int64(query.memory)
+  f.memorySwap = int64(query.memswap)
+  f.cpuShares = int64(query.cpushares)
+  f.shmSize = int64(query.shmsize)
+  const period = int64(query.cpuperiod)
+  f.nanoCpus = period > 0 ? Math.round(int64(query.cpuquota) / period * 1e9) : 0
   f.cgroupParent = query.cgroupparent ?? ''
+  f.securityOpt = all.getAll('securityopt').map(securityOption)
+  let ulimits: unknown = []
+  try { ulimits = JSON.parse(query.ulimits ?? '[]') } catch { ulimits = [{ Name: 'unreadable', Soft: -1, Hard: -1 }] }
+  // Go's decoder matches the field names ignoring case.
+  ulimitFacts(f, arr(ulimits).map((u) => Object.fromEntries(Object.entries(obj(u)).map(([k, v]) => [({ name: 'Name', soft: 'Soft', hard: 'Hard' } as Record<string, string>)[k.toLowerCase()] ?? k, v]))))
+}
+
+/** A query parameter as Go's strconv.ParseInt(v, 10, 64) reads it, 0 when it does not (httputils.Int64ValueOrZero). */
+function int64 (v: string | undefined): number {
+  return v !== undefined && /^[+-]?\d{1,19}$/.test(v) ? Number(v) : 0
 }
 
 /**
@@ -303,7 +324,7 @@ export function buildInput (op: string, kind: string, resource: string, query: U
       f.pluginPrivileges = arr(body).map((p) => str(obj(p).Name))
       break
     case 'ImageBuild':
-      buildFacts(f, q)
+      buildFacts(f, q, query)
       break
     default:
       // The engine walks a container's bind sources when it mounts them (a start, a

@@ -12,6 +12,7 @@
  *   quotas:
  *     default: { containers: 50, memory: 32GiB, cpus: 16, volumes: 50 }
  *     tenants: { team-a: { containers: 100 } }
+ *   builds: { buildkit: false, memory: 2GiB }   # BuildKit sessions; each classic build step's memory limit (default and maximum)
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
@@ -64,7 +65,14 @@ export interface TenancySettings {
    * gateway cannot read it (the classic builder's context is inspected), so they are
    * refused unless the operator allows them.
    */
-  readonly builds: { readonly buildkit: boolean }
+  readonly builds: {
+    readonly buildkit: boolean
+    /**
+     * The memory limit (bytes) of each step container of a tenant's classic build: set
+     * when the build names none, and the most a build may ask for (`memory`).
+     */
+    readonly memory: number
+  }
   /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
   readonly redact: { readonly env: readonly EnvRedaction[] }
   readonly users: UserSettings
@@ -97,7 +105,7 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   registries: Object.freeze({ allowed: Object.freeze(['docker.io']), tenantCredentials: 'strip' as const }),
   infoHide: DEFAULT_INFO_HIDE,
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
-  builds: Object.freeze({ buildkit: false }),
+  builds: Object.freeze({ buildkit: false, memory: 2 * 1024 ** 3 }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
   // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
@@ -237,11 +245,19 @@ export function compileTenancy (file: string, name: string, problems: string[]):
   }
   let builds = DEFAULT_TENANCY.builds
   if (m.builds !== undefined) {
-    const b = mapping(m.builds, `${name}: builds`, ['buildkit'], problems)
+    const b = mapping(m.builds, `${name}: builds`, ['buildkit', 'memory'], problems)
+    let { buildkit, memory } = builds
     if (b && b.buildkit !== undefined) {
-      if (typeof b.buildkit === 'boolean') builds = Object.freeze({ buildkit: b.buildkit })
+      if (typeof b.buildkit === 'boolean') buildkit = b.buildkit
       else problems.push(`${name}: builds.buildkit: expected true or false`)
     }
+    if (b && b.memory !== undefined) {
+      const bytes = parseBytes(b.memory)
+      // The engine's smallest memory limit is 6 MiB.
+      if (bytes !== null && bytes >= 6 * 1024 ** 2) memory = bytes
+      else problems.push(`${name}: builds.memory: expected bytes of at least 6MiB (e.g. 2GiB), got ${JSON.stringify(b.memory)}`)
+    }
+    builds = Object.freeze({ buildkit, memory })
   }
   let redact = DEFAULT_TENANCY.redact
   if (m.redact !== undefined) {

@@ -45,6 +45,8 @@ export interface ArchiveScope {
   readonly checkTag: (ref: string) => void
   /** The labels every loaded image's config gets. */
   readonly labels: Readonly<Record<string, string>>
+  /** Judges the ONBUILD triggers an image config stores (`config.OnBuild`); throws the refusal. */
+  readonly checkTriggers?: (triggers: readonly string[]) => Promise<void>
 }
 
 export const BLOCK = 512
@@ -175,6 +177,8 @@ async function * rewrite (source: AsyncIterable<Buffer>, scope: ArchiveScope): A
     if (configs.has(image.config)) continue
     const original = held.get(image.config)
     if (!original) throw unsupported(`the image config ${JSON.stringify(image.config)} named by manifest.json is not a JSON file of at most ${HELD_FILE_MAX} bytes in the archive`)
+    // A build FROM the loaded image runs its triggers: judged as the tenant's own would be.
+    if (scope.checkTriggers) await scope.checkTriggers(triggersOf(original, image.config))
     const bytes = stamped(original, image.config, scope.labels)
     configs.set(image.config, { name: `${createHash('sha256').update(bytes).digest('hex')}.json`, bytes })
   }
@@ -542,6 +546,19 @@ function readRepositories (data: Buffer): string[] {
     for (const tag of Object.keys(tags)) out.push(`${repo}:${tag}`)
   }
   return out
+}
+
+/** The triggers (`config.OnBuild`) an image config stores. */
+function triggersOf (data: Buffer, file: string): string[] {
+  const what = `the image config ${file}`
+  const doc = json(data, what)
+  if (!isObject(doc)) throw invalid(`${what} must be an object`)
+  const configKey = fieldKey(doc, 'config', what)
+  const config = configKey === undefined ? null : doc[configKey] ?? null
+  if (config === null) return []
+  if (!isObject(config)) throw invalid(`${what}: config must be an object`)
+  const key = fieldKey(config, 'OnBuild', `${what} config`)
+  return key === undefined ? [] : strings(config[key], `${what}: config.OnBuild`)
 }
 
 /**

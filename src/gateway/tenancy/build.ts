@@ -32,8 +32,8 @@ export interface BuildScope {
   readonly dockerfile: string
   /** The `buildargs` query parameter, decoded. */
   readonly buildArgs: Readonly<Record<string, string | null>>
-  /** An image the Dockerfile names must be the tenant's or shared; throws the refusal. */
-  readonly checkImage: (ref: string, where: string) => Promise<void>
+  /** An image the Dockerfile names must be the tenant's or shared; throws the refusal; returns what the engine has stored for it. */
+  readonly checkImage: (ref: string, where: string) => Promise<BaseImage>
 }
 
 export function inspectBuild (scope: BuildScope): BodyFilter {
@@ -107,17 +107,66 @@ async function judge (context: AsyncIterable<Buffer>, scope: BuildScope): Promis
   await judgeDockerfile(dockerfile.toString('utf8'), scope)
 }
 
-/** The Dockerfile's images, URLs and labels, as the classic builder will read them. */
-export async function judgeDockerfile (text: string, scope: BuildScope): Promise<void> {
+/** What the builder takes from an image a build starts FROM: its triggers and its environment. */
+export interface BaseImage {
+  /** `Config.OnBuild`: run as Dockerfile lines right after the FROM that names the image. */
+  readonly onBuild: readonly string[]
+  /** `Config.Env` (`KEY=value`): substituted into ADD and COPY sources like the Dockerfile's own ENV. */
+  readonly env: readonly string[]
+}
+
+/** An image the engine does not have: nothing to run, or not known yet (no triggers, no environment). */
+const NO_BASE: BaseImage = { onBuild: [], env: [] }
+
+/** Instructions the builder refuses as a trigger (moby instructions.parseOnBuild). */
+const NOT_TRIGGERS = new Set(['ONBUILD', 'FROM', 'MAINTAINER'])
+
+type Flags = Array<{ getName: () => string, getValue: () => string | null }>
+type Properties = Array<{ getName: () => string, getValue: () => string | null }>
+
+/**
+ * The Dockerfile's images, URLs and labels, as the classic builder will read them, and the
+ * triggers it will run: those stored in each image a stage starts FROM (inspected on the
+ * engine: `scope.checkImage`), run right after that FROM in the stage's state, and those
+ * the Dockerfile stores with ONBUILD, judged by the same rules now (and again, in the
+ * state of the build that runs them, when an image built FROM this one is built). Returns
+ * the Dockerfile text to forward.
+ */
+export async function judgeDockerfile (text: string, scope: BuildScope): Promise<string> {
   const instructions = DockerfileParser.parse(text).getInstructions()
   const args = new Map<string, string>()
   const stages = new Set<string>()
+  // The stage's environment: the base image's Env, then the stage's ENV instructions.
+  let env = new Map<string, string>()
   let stageCount = 0
-  const expand = (s: string): string => substitute(s, args, scope.buildArgs)
-  for (const ins of instructions) {
+  // A build argument's value: `buildargs` overrides the default of an ARG the Dockerfile declares.
+  const arg = (name: string): string | undefined => {
+    if (!args.has(name)) return undefined
+    const g = scope.buildArgs[name]
+    return typeof g === 'string' ? g : args.get(name)
+  }
+  const expand = (s: string): string => substitute(s, arg)
+  // ADD and COPY sources: the environment first, then the build arguments (moby dispatch getEnv).
+  const expandEnv = (s: string): string => substitute(s, (name) => env.get(name) ?? arg(name))
+
+  async function image (ref: string, where: string): Promise<BaseImage> {
+    if (ref === '' || ref.includes('$')) throw refuse('build-image', `${where} ${JSON.stringify(ref)} does not name an image once its build arguments are substituted`)
+    return await scope.checkImage(ref, where)
+  }
+  async function fromRef (ref: string, where: string): Promise<void> {
+    if (stages.has(ref.toLowerCase())) return
+    await image(ref, where)
+  }
+
+  /** One instruction; `trigger` names the image whose stored trigger it is, or 'ONBUILD' for a trigger being stored. */
+  async function step (ins: Instruction, trigger?: string): Promise<void> {
     const keyword = ins.getKeyword().toUpperCase()
     const values = ins.getArguments().map((a) => unquote(a.getValue()))
-    const flags = (ins as unknown as { getFlags?: () => Array<{ getName: () => string, getValue: () => string | null }> }).getFlags?.() ?? []
+    const flags = (ins as unknown as { getFlags?: () => Flags }).getFlags?.() ?? []
+    // A trigger being stored may not be ONBUILD, FROM or MAINTAINER; a stored one that runs may not be FROM.
+    if (trigger === 'ONBUILD' ? NOT_TRIGGERS.has(keyword) : trigger !== undefined && keyword === 'FROM') {
+      throw refuse('build-onbuild', `${keyword} is not allowed as an ONBUILD trigger${trigger === 'ONBUILD' ? '' : ` (a trigger of ${trigger})`}`)
+    }
     switch (keyword) {
       case 'ARG':
         for (const v of values) {
@@ -126,11 +175,24 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
           args.set(key, eq < 0 ? (args.get(key) ?? '') : expand(v.slice(eq + 1)))
         }
         break
+      case 'ENV':
+        for (const p of (ins as unknown as { getProperties?: () => Properties }).getProperties?.() ?? []) env.set(p.getName(), expandEnv(p.getValue() ?? ''))
+        break
       case 'FROM': {
-        const image = expand(values[0] ?? '')
-        if (image.toLowerCase() !== 'scratch' && !stages.has(image.toLowerCase())) await image_(image, 'FROM')
+        const ref = expand(values[0] ?? '')
+        const stage = stages.has(ref.toLowerCase())
+        const base = ref.toLowerCase() === 'scratch' || stage ? NO_BASE : await image(ref, 'FROM')
         if ((values[1] ?? '').toUpperCase() === 'AS' && values[2]) stages.add(values[2].toLowerCase())
         stages.add(String(stageCount++))
+        // A stage FROM an earlier stage starts from that stage's image: its triggers ran
+        // when that stage began, and the builder clears them (initializeStage).
+        env = new Map(base.env.map((e) => { const eq = e.indexOf('='); return eq < 0 ? [e, ''] : [e.slice(0, eq), e.slice(eq + 1)] }))
+        for (const t of base.onBuild) {
+          // Each trigger is parsed alone, with the default escape character, and must be one instruction (dispatchTriggeredOnBuild).
+          const parsed = DockerfileParser.parse(t).getInstructions()
+          if (parsed.length !== 1) throw refuse('build-onbuild', `a trigger of ${ref} is ${parsed.length} instructions; the builder runs one per trigger`)
+          await step(parsed[0], ref)
+        }
         break
       }
       case 'COPY':
@@ -149,36 +211,49 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
         break
       case 'ADD':
         for (const src of values.slice(0, -1)) {
-          const s = expand(src)
+          const s = expandEnv(src)
           if (/^[a-z][a-z0-9+.-]*:\/\//i.test(s) || s.startsWith('git@')) throw refuse('build-add-url', `ADD ${s} makes the engine fetch a URL: not available to tenants (download it into the context)`)
         }
         break
       case 'LABEL':
-      case 'ONBUILD':
-        labels(ins)
+        for (const p of (ins as unknown as { getProperties: () => Properties }).getProperties()) {
+          if (mayBeOwnerLabel(p.getName())) throw refuse('owner-labels', `LABEL ${p.getName()} in the Dockerfile: io.portcullis.* labels, and labels named with variables, are the gateway's`)
+        }
         break
+      case 'ONBUILD': {
+        // A trigger being stored in the image this builds. Judged now with what this build
+        // knows (its variables are those of the build that will run it: one that names an
+        // image through a variable is refused), and again when it runs.
+        const inner = (ins as unknown as { getTriggerInstruction: () => Instruction | null }).getTriggerInstruction()
+        if (inner === null) break
+        const saved = { args: new Map(args), env }
+        args.clear()
+        env = new Map()
+        try { await step(inner, 'ONBUILD') } finally {
+          for (const [k, v] of saved.args) args.set(k, v)
+          env = saved.env
+        }
+        break
+      }
     }
   }
 
-  async function image_ (ref: string, where: string): Promise<void> {
-    if (ref === '' || ref.includes('$')) throw refuse('build-image', `${where} ${JSON.stringify(ref)} does not name an image once its build arguments are substituted`)
-    await scope.checkImage(ref, where)
-  }
-  async function fromRef (ref: string, where: string): Promise<void> {
-    if (stages.has(ref.toLowerCase())) return
-    await image_(ref, where)
-  }
+  for (const ins of instructions) await step(ins)
+  return text
 }
 
-function labels (ins: Instruction): void {
-  const keyword = ins.getKeyword().toUpperCase()
-  if (keyword === 'ONBUILD') {
-    const trigger = (ins as unknown as { getTriggerInstruction: () => Instruction | null }).getTriggerInstruction()
-    if (trigger) labels(trigger)
-    return
-  }
-  for (const p of (ins as unknown as { getProperties: () => Array<{ getName: () => string }> }).getProperties()) {
-    if (mayBeOwnerLabel(p.getName())) throw refuse('owner-labels', `LABEL ${p.getName()} in the Dockerfile: io.portcullis.* labels, and labels named with variables, are the gateway's`)
+/**
+ * Triggers a tenant stores in an image it makes: a commit's or import's `changes` (their
+ * ONBUILD instructions), a commit's `OnBuild`, the `config.OnBuild` of an image config in
+ * a load archive. Each is judged by the Dockerfile rules as a trigger being stored
+ * (build.ts judges it again when a build runs it).
+ */
+export async function judgeTriggers (changes: string, triggers: readonly string[], checkImage: BuildScope['checkImage']): Promise<void> {
+  const scope: BuildScope = { dockerfile: '', buildArgs: {}, checkImage }
+  if (changes !== '') await judgeDockerfile(changes, scope)
+  for (const t of triggers) {
+    if (DockerfileParser.parse(t).getInstructions().length !== 1) throw refuse('build-onbuild', `a stored trigger must be one instruction: ${JSON.stringify(t.slice(0, 80))}`)
+    await judgeDockerfile(`ONBUILD ${t}`, scope)
   }
 }
 
@@ -187,16 +262,11 @@ function unquote (s: string): string {
 }
 
 /**
- * $VAR, ${VAR}, ${VAR:-default} and ${VAR:+alternative}, as the builder substitutes build
- * arguments: a `buildargs` value overrides an ARG's default for an ARG the Dockerfile
- * declares; an unset one is empty.
+ * $VAR, ${VAR}, ${VAR:-default} and ${VAR:+alternative}, as the builder substitutes
+ * variables (shell.Lex): `value` gives a variable's value, undefined when it is unset; an
+ * unset one is empty.
  */
-function substitute (s: string, args: ReadonlyMap<string, string>, given: Readonly<Record<string, string | null>>): string {
-  const value = (name: string): string | undefined => {
-    if (!args.has(name)) return undefined
-    const g = given[name]
-    return typeof g === 'string' ? g : args.get(name)
-  }
+function substitute (s: string, value: (name: string) => string | undefined): string {
   return s.replace(/\\\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-+])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)/g, (m, braced?: string, op?: string, word?: string, bare?: string) => {
     if (m === '\\$') return '$'
     const v = value((braced ?? bare)!)

@@ -17,7 +17,7 @@ import { inOrder, list, missing, num, refuse, remounting, str, type Call, type F
 import { numberOf } from '../../api/body/number'
 import { buildInput, swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
-import { inspectBuild } from './build'
+import { inspectBuild, judgeTriggers, type BaseImage } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
@@ -25,7 +25,7 @@ import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_
 import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './responses'
 import { libpodHandlers } from './libpod'
-import { registryAuthHeader } from './registry-auth'
+import { registryAuthHeader, registryConfigHeader } from './registry-auth'
 import { scopeUser } from './users'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
@@ -360,16 +360,25 @@ const containerRename: Handler = async (call) => {
 
 /**
  * An image a build names: the tenant's own or the shared catalog's; another tenant's is
- * missing; one the engine does not have is the builder's to pull, from an allowed
- * registry only.
+ * missing. The builder runs the triggers stored in an image it starts FROM, so the image
+ * must be on the engine, where the gateway reads them (build.ts judges them): one the
+ * engine does not have (the builder would pull it, triggers unseen) is refused, after the
+ * registry allow-list; the tenant pulls it first, through the gateway.
  */
-async function buildImage (call: Call, ref: string): Promise<void> {
+async function buildImage (call: Call, ref: string): Promise<BaseImage> {
   const res = await call.r.image(ref, call.tenant)
-  if (res.state === 'own' || res.state === 'shared') return
-  if (res.state === 'foreign' || looksLikeImageId(ref)) throw missing('image', ref, call.op.id, 'path', res.state === 'missing' && res.absent === true)
-  const parsed = parseImageRef(ref)
-  if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format in the Dockerfile: ${JSON.stringify(ref)}`)
-  if (!registryAllowed(call.settings, parsed.registry)) throw refuse('registry-not-allowed', `the build pulls ${familiar(ref)} from registry ${parsed.registry}, which is not allowed for tenant ${call.tenant}`)
+  if (res.state === 'foreign' || (res.state === 'missing' && looksLikeImageId(ref))) throw missing('image', ref, call.op.id, 'path', res.state === 'missing' && res.absent === true)
+  if (res.state === 'missing') {
+    const parsed = parseImageRef(ref)
+    if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format in the Dockerfile: ${JSON.stringify(ref)}`)
+    if (!registryAllowed(call.settings, parsed.registry)) throw refuse('registry-not-allowed', `the build pulls ${familiar(ref)} from registry ${parsed.registry}, which is not allowed for tenant ${call.tenant}`)
+    throw refuse('build-image-absent', `the build starts from ${familiar(ref)}, which the engine does not have: the gateway judges the triggers an image carries before a build runs them; pull it first (docker pull ${familiar(ref)})`)
+  }
+  // By full id: what was just resolved, whatever a name points at meanwhile.
+  const r = await call.r.get(`/images/${encodeURIComponent(res.id)}/json`)
+  if (r.status !== 200) throw missing('image', ref, call.op.id)
+  const config = r.body?.Config ?? {}
+  return { onBuild: list(config.OnBuild).map(str), env: list(config.Env).map(str) }
 }
 
 async function visibleImage (call: Call, ref: string): Promise<Found> {
@@ -414,6 +423,7 @@ const imagePull: Handler = async (call) => {
   const src = call.query.get('fromSrc') ?? ''
   if (src !== '-') throw refuse('image-import-url', 'importing an image from a URL makes the engine fetch it: not available to tenants (send the archive in the body: fromSrc=-)')
   mustBeInNamespace(call, `${call.query.get('repo') ?? ''}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
+  await judgeTriggers(call.query.getAll('changes').join('\n'), [], async (ref) => await buildImage(call, ref))
   // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
   stampChanges(call)
 }
@@ -489,10 +499,14 @@ const imageBuild: Handler = async (call) => {
     call.bodyFilter = inspectBuild({
       dockerfile: call.query.get('dockerfile') ?? '',
       buildArgs,
-      checkImage: async (ref) => { await buildImage(call, ref) },
+      checkImage: async (ref) => await buildImage(call, ref),
     })
   }
-  for (const ref of parseJsonList(call, 'cachefrom')) await visibleImage(call, ref)
+  // The builder would pull each base image again, triggers unseen (build.ts).
+  if (boolValue(call.query.get('pull'))) throw refuse('build-pull', 'a build that pulls its base images runs triggers the gateway has not seen: pull them first through the gateway (docker pull), then build without --pull')
+  await ownCache(call)
+  registryConfig(call)
+  buildLimits(call)
   // BuildKit exporters (API 1.40+) can name images too: those names obey the namespace.
   const outputs = call.query.get('outputs')
   if (outputs) {
@@ -515,6 +529,63 @@ const imageBuild: Handler = async (call) => {
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
 }
 
+/** A boolean query parameter as the engine reads it (httputils.BoolValue). */
+function boolValue (v: string | null): boolean {
+  return !['', '0', 'no', 'false', 'none'].includes((v ?? '').trim().toLowerCase())
+}
+
+/**
+ * The step containers of a classic build are the builder's (no ContainerCreate passes
+ * the gateway); they get what the build's query gives them (moby dockerfile
+ * hostConfigFromOptions), which the policy judges as the facts a create's HostConfig
+ * gives (policy/facts.ts buildFacts). On top: a memory limit (tenancy.yaml
+ * builds.memory) when the build names none, and no more than that. (no-new-privileges
+ * cannot be given: dockerd 20.10's classic builder refuses any `securityopt`.)
+ */
+function buildLimits (call: Call): void {
+  const asked = call.query.get('memory') ?? ''
+  // As the engine reads it: Int64ValueOrZero.
+  const memory = /^[+-]?\d{1,19}$/.test(asked) ? Number(asked) : 0
+  const max = call.settings.builds.memory
+  if (memory > max) throw refuse('build-memory', `a build step's memory limit of ${memory} bytes is above the ${max} bytes tenancy.yaml allows tenants' builds (builds.memory)`)
+  if (memory <= 0) {
+    call.setQuery('memory', String(max))
+    call.patch.push({ op: 'add', path: '/query/memory', value: String(max) })
+  }
+}
+
+/** Names the engine never resolves to an image: a `cachefrom` that lets no cache hit through. */
+const NO_CACHE = 'portcullis.invalid/no-cache:none'
+
+/**
+ * The classic builder's layer cache is one for every caller of the engine; with
+ * `cachefrom` it accepts a local hit only inside the history of a listed image (moby
+ * image/cache ImageCache.GetCache), and images it cannot find are skipped. So every
+ * tenant build names the tenant's own images (by id), the shared catalog images the
+ * client listed, and a name that is no image: a tenant with no images gets no cache
+ * hit at all, never another tenant's layers. Another tenant's image in the client's
+ * list answers as missing.
+ */
+async function ownCache (call: Call): Promise<void> {
+  const listed: string[] = []
+  for (const ref of parseJsonList(call, 'cachefrom')) listed.push((await visibleImage(call, ref)).id)
+  const own = (await call.r.ownList('image', call.tenant)).map((i) => str(i.Id)).filter((id) => id !== '')
+  const cacheFrom = [...new Set([...listed, ...own]), NO_CACHE]
+  call.setQuery('cachefrom', JSON.stringify(cacheFrom))
+  call.patch.push({ op: 'add', path: '/query/cachefrom', value: cacheFrom })
+}
+
+/**
+ * `X-Registry-Config` (a build's credentials, one per registry): the gateway's for this
+ * tenant's allowed registries, as for pulls; the tenant's own only where policy allows
+ * and the gateway holds none.
+ */
+function registryConfig (call: Call): void {
+  const held = call.credentials.registries(call.tenant).filter((r) => registryAllowed(call.settings, r))
+  if (held.length === 0 && call.settings.registries.tenantCredentials === 'allow') return
+  call.setHeaders['x-registry-config'] = registryConfigHeader(Object.fromEntries(held.map((r) => [r, call.credentials.get(call.tenant, r)!])))
+}
+
 function parseJsonList (call: Call, name: string): string[] {
   const all = call.query.getAll(name)
   if (all.length > 1) throw new GatewayError('PATH_AMBIGUOUS', `the query gives ${name} more than once`)
@@ -532,6 +603,10 @@ const imageCommit: Handler = async (call) => {
   const repo = call.query.get('repo')
   if (repo) mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'committed image')
   stamp(call, ['Labels'])
+  // The committed image's triggers: the changes', the body's (a container config), and the container's own.
+  const container = await call.r.get(`/containers/${encodeURIComponent(id)}/json`)
+  const triggers = [...list(bodyAt(call, 'OnBuild')), ...list(container.body?.Config?.OnBuild)].map(str)
+  await judgeTriggers(call.query.getAll('changes').join('\n'), triggers, async (ref) => await buildImage(call, ref))
   stampChanges(call)
 }
 
@@ -558,7 +633,11 @@ const imageInspect: Handler = async (call) => {
  */
 const imageLoad: Handler = async (call) => {
   const labels = { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
-  call.bodyFilter = scopeArchive({ checkTag: (ref) => mustBeInNamespace(call, ref, 'archive tag'), labels })
+  call.bodyFilter = scopeArchive({
+    checkTag: (ref) => mustBeInNamespace(call, ref, 'archive tag'),
+    labels,
+    checkTriggers: async (triggers) => { await judgeTriggers('', triggers, async (ref) => await buildImage(call, ref)) },
+  })
   call.patch.push({ op: 'add', path: '/body/config/Labels', value: labels })
 }
 
