@@ -198,7 +198,8 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
       if (!['default', 'bridge', 'host', 'none'].includes(net)) key = net === netMode && netModeId !== undefined ? netModeId : pinnedNetwork(net, await ownOrSharedNetwork(call, net, 'body'))
       let value = ep
       const links = list((ep as any)?.Links)
-      if (links.length > 0) value = { ...(ep as object), Links: await Promise.all(links.map(async (l) => await ownLink(call, str(l), 'body'))) }
+      const userDefined = !['default', 'bridge', 'host', 'none'].includes(net)
+      if (links.length > 0) value = { ...(ep as object), Links: await Promise.all(links.map(async (l) => await endpointLink(call, str(l), userDefined))) }
       if (key !== net || value !== ep) changed = true
       pinned[key] = value
     }
@@ -231,6 +232,23 @@ async function ownLink (call: Call, link: string, where: 'link' | 'body'): Promi
   const ref = at < 0 ? link : link.slice(0, at)
   const alias = at < 0 ? ref.replace(/^\//, '') : link.slice(at + 1)
   return `${await own(call, 'container', ref, where)}:${alias}`
+}
+
+/**
+ * A link in an endpoint's config. On a user-defined network the engine stores the name as
+ * written and resolves it at run time through the network's own DNS, among the containers
+ * attached to that network (the tenant's own network, checked above): a name that no
+ * container has yet is accepted as it is, as the engine accepts it (compose and docker-py
+ * create the linking container first). A name that is another tenant's container stays
+ * refused, and the tenant's own is pinned by id as elsewhere.
+ */
+async function endpointLink (call: Call, link: string, userDefined: boolean): Promise<string> {
+  try {
+    return await ownLink(call, link, 'body')
+  } catch (err) {
+    if (userDefined && err instanceof TenancyRefusal && err.absent) return link
+    throw err
+  }
 }
 
 /**
@@ -695,7 +713,8 @@ const networkConnect: Handler = async (call) => {
   const forced = call.op.id === 'NetworkDisconnect' && bodyAt(call, 'Force') === true
   const id = await own(call, 'container', c, forced ? 'endpoint' : 'path')
   if (id !== c) call.setBody(['Container'], id)
-  for (const l of list(bodyAt(call, 'EndpointConfig', 'Links'))) await own(call, 'container', str(l).split(':')[0], 'body')
+  const userDefined = res.state === 'own'
+  for (const l of list(bodyAt(call, 'EndpointConfig', 'Links'))) await endpointLink(call, str(l), userDefined)
 }
 
 /**
