@@ -51,6 +51,7 @@ t.before(async () => {
   gateway = await startGateway(parseConfig(text, path.join(tmp, 'gw.yaml')), pino({ level: 'silent' }))
   tcp = gateway.listeners.find((l) => l.config.kind === 'tcp')?.address ?? ''
   await direct(['run', '-d', '--name', `${P}-app`, '--label', 'traefik.enable=true', '--label', 'com.centurylinklabs.watchtower.enable=true', '-e', 'DB_PASSWORD=hunter2', IMAGE, 'sleep', '600'])
+  await direct(['run', '-d', '--name', `${P}-hidden`, '--label', 'traefik.enable=false', IMAGE, 'sleep', '600'])
 })
 t.teardown(async () => {
   const ids = (await direct(['ps', '-aq', '--filter', `name=${P}`])).split('\n').filter(Boolean)
@@ -89,6 +90,23 @@ t.test('traefik: version, containers and their labels, events', async (t) => {
   const inspect = await request(socket, 'GET', `/v1.41/containers/${app()}/json`, undefined, { token: tk })
   t.ok(inspect.json?.Config?.Env?.includes('DB_PASSWORD=[REDACTED]'), 'it reads labels, not environment values')
   t.equal(inspect.json?.Config?.Labels?.['traefik.enable'], 'true', 'the labels it routes by')
+  // Its view (tenancy.yaml views): only the containers that opt in.
+  const listed = await request(socket, 'GET', '/v1.41/containers/json?all=1', undefined, { token: tk })
+  const names = (listed.json as any[]).flatMap((c) => c.Names)
+  t.ok(names.includes(`/${app()}`), 'its list shows the container labelled traefik.enable=true')
+  t.notOk(names.includes(`/${P}-hidden`), 'and not one labelled traefik.enable=false', { names })
+  t.ok((listed.json as any[]).every((c) => c.Labels?.['traefik.enable'] === 'true'), 'nor any other without the label')
+  const filtered = await request(socket, 'GET', `/v1.41/containers/json?all=1&filters=${encodeURIComponent(JSON.stringify({ label: ['traefik.enable=false'] }))}`, undefined, { token: tk })
+  t.same(filtered.json, [], 'a filter of its own cannot widen the view')
+  const hidden = await request(socket, 'GET', `/v1.41/containers/${P}-hidden/json`, undefined, { token: tk })
+  t.equal(hidden.status, 404, 'inspecting a container outside the view answers as missing')
+  t.match(hidden.json?.message, /No such container/, 'in the engine\'s words')
+  const hiddenId = await direct(['inspect', '-f', '{{.Id}}', `${P}-hidden`])
+  t.equal((await request(socket, 'GET', `/v1.41/containers/${hiddenId.slice(0, 12)}/json`, undefined, { token: tk })).status, 404, 'by id prefix as well')
+  const shown = await request(socket, 'GET', `/v1.41/containers/${app()}/json`, undefined, { token: tk })
+  t.equal(shown.status, 200, 'the container in view is inspected')
+  const admin = await request(socket, 'GET', `/v1.41/containers/${P}-hidden/json`, undefined, { token: token('ops', ['admin']) })
+  t.equal(admin.status, 200, 'an admin (no view) sees the hidden one')
   for (const [m, p] of [['POST', `/v1.41/containers/${app()}/stop`], ['GET', `/v1.41/containers/${app()}/logs?stdout=1`], ['POST', `/v1.41/containers/${app()}/exec`]]) {
     t.equal((await request(socket, m, p, m === 'POST' ? { Cmd: ['true'] } : undefined, { token: tk })).status, 403, `nothing else: ${m} ${p.split('/').pop()}`)
   }
