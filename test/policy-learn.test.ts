@@ -155,7 +155,6 @@ t.test('policy learn writes the policy, a comment on each line', async (t) => {
   const r = await run(process.execPath, [CLI, 'policy', 'learn', '--out', file, trail], { host: '' })
   t.equal(r.code, 0, 'learn exits 0', out(r))
   learned = fs.readFileSync(file, 'utf8')
-  if (process.env.PCL_DUMP) fs.writeFileSync(process.env.PCL_DUMP, learned)
   t.match(learned, new RegExp(`^p, user:lena, ${TENANT}, .*ContainerCreate.*, container, allow, learned-lena-container, true$`, 'm'), 'lena\'s container operations, in her tenant')
   t.match(learned, /^p, user:otto, \*, .*VolumeCreate.*, volume, allow, learned-otto-volume, true$/m, 'otto\'s volume operations, in no tenant')
   t.notMatch(learned, /VolumeDelete/, 'no volume delete was seen')
