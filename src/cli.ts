@@ -18,6 +18,7 @@ import { ConfigError, configWarnings, defaultConfig, loadConfig, type CommandLin
 import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
+import { checkTraffic, learn, type LearnRecord, type LearnSelection } from './policy/learn'
 import { check, decidingLines, runFixtures } from './policy/tool'
 
 const HELP = `Usage: portcullis <command> [options]
@@ -46,6 +47,13 @@ Commands:
                             prints the decision, the rule that decided and any rewrite.
   policy test [DIR]         Run the fixtures in DIR/tests/*.yaml (default ./policies);
                             exits 1 on any mismatch.
+  policy learn [--subject S | --tenant T | --role R] [--out FILE] [--partial] AUDIT...
+                            Write the policy lines that would have allowed the recorded
+                            traffic and nothing more (audit level facts or request), with
+                            a comment per line saying which requests needed it.
+  policy learn --check [--dir DIR] [--subject S | --tenant T | --role R] AUDIT...
+                            What the policy in DIR would deny of the recorded traffic;
+                            exits 1 if anything.
   audit verify [--partial] FILE...
                             Check audit files (in any order, rotated ones included):
                             exits 0 if the chain is intact, 1 naming the first broken
@@ -101,6 +109,13 @@ Decide one request with the policy in DIR (default ./policies).
 
 Run the fixtures in DIR/tests/*.yaml (default ./policies); exit 1 on any mismatch.
 `,
+  'policy learn': `usage: portcullis policy learn [--subject S | --tenant T | --role R] [--out FILE] [--partial] AUDIT...
+       portcullis policy learn --check [--dir DIR] [--subject S | --tenant T | --role R] AUDIT...
+
+Write the policy lines that would have allowed the recorded traffic and nothing more
+(audit level facts or request), with a comment per line saying which requests needed
+it; with --check, what the policy in DIR would deny of that traffic (exit 1 if anything).
+`,
   'audit verify': `usage: portcullis audit verify [--partial] FILE...
 
 Check audit files' hash chain; exit 1 naming the first broken record.
@@ -115,7 +130,7 @@ Show the list of commands, or one command's usage (serve, config check, token,
 policy check, policy test, audit verify, audit report).
 `,
   config: 'usage: portcullis config check FILE\n',
-  policy: 'usage: portcullis policy check|test ... (portcullis policy check --help)\n',
+  policy: 'usage: portcullis policy check|test|learn ... (portcullis policy check --help)\n',
   audit: 'usage: portcullis audit verify|report FILE... (portcullis audit report --help)\n',
 }
 
@@ -327,8 +342,47 @@ async function policyTest (args: string[]): Promise<number> {
   return failed ? 1 : 0
 }
 
+/** The records of audit files, once their chain verifies (a trail that was tampered with teaches nothing). */
+function readTrail (files: readonly string[], partial: boolean): LearnRecord[] | string {
+  const v = auditVerify(files, { partial })
+  if (!v.ok) return `${v.problem!.file}:${v.problem!.line}: ${v.problem!.reason}`
+  return v.files.flatMap((f) => fs.readFileSync(f, 'utf8').split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as LearnRecord))
+}
+
+async function policyLearn (args: string[]): Promise<number> {
+  const { values, positionals } = parsed('policy learn', () => parseArgs({
+    args,
+    allowPositionals: true,
+    strict: true,
+    options: { ...HELP_OPTION, check: { type: 'boolean' }, dir: { type: 'string' }, subject: { type: 'string' }, tenant: { type: 'string' }, role: { type: 'string' }, out: { type: 'string' }, partial: { type: 'boolean' } },
+  }))
+  const picked = [values.subject, values.tenant, values.role].filter((v) => v !== undefined).length
+  if (positionals.length === 0) throw new UsageError('policy learn', 'no AUDIT file given')
+  if (picked > 1) throw new UsageError('policy learn', 'at most one of --subject, --tenant, --role')
+  const records = readTrail(positionals, values.partial === true)
+  if (typeof records === 'string') { process.stderr.write(`portcullis policy learn: the audit trail does not verify: ${records}\n`); return 1 }
+  const sel: LearnSelection = { ...(values.subject !== undefined ? { subject: values.subject } : {}), ...(values.tenant !== undefined ? { tenant: values.tenant } : {}), ...(values.role !== undefined ? { role: values.role } : {}) }
+  if (values.check === true) {
+    const policy = await loadPolicy(values.dir ?? 'policies')
+    const { checked, denials } = await checkTraffic(policy, records, sel)
+    for (const d of denials) {
+      process.stdout.write(`deny ${d.operation} x${d.reqs.length} by ${d.subject}${d.tenant ? ` (tenant ${d.tenant})` : ''}: ${d.rule} (e.g. req ${d.reqs.slice(0, 3).join(', ')})\n`)
+    }
+    const n = denials.reduce((a, d) => a + d.reqs.length, 0)
+    process.stdout.write(`${n} of ${checked} request(s) would be denied by the policy in ${values.dir ?? 'policies'} (${policy.version})\n`)
+    return n ? 1 : 0
+  }
+  const r = learn(records, sel)
+  if (r.records === 0) { process.stderr.write('portcullis policy learn: no request records match\n'); return 1 }
+  if (r.withoutFacts) process.stderr.write(`warning: ${r.withoutFacts} record(s) carry no facts (audit level metadata): what their bodies asked for is unknown and is not allowed; record at level facts\n`)
+  if (values.out) fs.writeFileSync(values.out, r.text)
+  else process.stdout.write(r.text)
+  return 0
+}
+
 async function policy (args: string[]): Promise<number> {
   try {
+    if (args[0] === 'learn') return await policyLearn(args.slice(1))
     if (args[0] === 'check') return await policyCheck(args.slice(1))
     if (args[0] === 'test') return await policyTest(args.slice(1))
   } catch (err) {
@@ -336,7 +390,7 @@ async function policy (args: string[]): Promise<number> {
     throw err
   }
   if (args[0] === '--help' || args[0] === '-h') throw new UsageError('policy', null)
-  throw new UsageError('policy', args[0] === undefined ? 'which one: check or test?' : `unknown subcommand ${JSON.stringify(args[0])}`)
+  throw new UsageError('policy', args[0] === undefined ? 'which one: check, test or learn?' : `unknown subcommand ${JSON.stringify(args[0])}`)
 }
 
 function auditVerifyCommand (args: string[]): number {

@@ -350,7 +350,7 @@ unknownKey: true
     'auth.jwt.algorithms[0]: "none" is never allowed',
     'auth.jwt.algorithms[1]: unsupported algorithm "HS999", expected one of HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512',
     'policy.dir: expected a string, got number 42',
-    'audit.level: expected one of metadata, request, got "verbose"',
+    'audit.level: expected one of metadata, facts, request, got "verbose"',
     'metrics.listen: expected host:port, got "abc"',
     'log.level: expected one of fatal, error, warn, info, debug, trace, silent, got "loud"',
     'shutdown.graceSeconds: expected a number, got "ten"',

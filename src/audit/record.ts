@@ -18,7 +18,8 @@ import { redactor } from './redact'
 
 export const RECORD_VERSION = 1
 
-export type AuditLevel = 'metadata' | 'request'
+/** What a record carries beyond its metadata: `facts` the policy's facts, `request` those and the body. */
+export type AuditLevel = 'metadata' | 'facts' | 'request'
 export type AuditEventKind = 'request' | 'session.start' | 'session.end'
 export type ChainEventKind = 'chain.head' | 'chain.end'
 export type AuthMethod = 'jwt' | 'mtls' | 'listener' | 'anonymous'
@@ -111,6 +112,14 @@ export interface AuditInput {
    * exactly what was judged; the caller works them out when the policy did not.
    */
   readonly facts?: AuditFacts | null
+  /**
+   * Levels `facts` and `request`: every fact the policy judged that is not its zero value
+   * (false, '', 0, empty list, namespaces all ''), by the policy's own names. Derived
+   * names, paths, numbers and option names only: none of the body's values that the
+   * redaction hides (environment values, secret data, credentials) becomes a fact.
+   * Null or absent: the policy did not judge the request (refused before it).
+   */
+  readonly policyFacts?: Readonly<Record<string, unknown>> | null
   /**
    * The request body: the decoded value (as evaluated, after rewrites), or the canonical
    * bytes forwarded (a Buffer, decoded here exactly like the engine would).
@@ -210,6 +219,8 @@ export interface AuditRecord {
   session?: AuditSession
   command?: string[]
   security?: AuditSecurity
+  /** Levels `facts` and `request`: the policy's facts that are not their zero value (AuditInput.policyFacts). */
+  facts?: Record<string, unknown>
   /** Level `request` only: the decoded request body, redacted. */
   body?: unknown
 }
@@ -291,8 +302,8 @@ const NAMED_BY_BODY = new Set(['VolumeCreate', 'NetworkCreate', 'SecretCreate', 
  */
 export function recordNeeds (operation: string | null, level: AuditLevel): { body: boolean, facts: boolean } {
   const op = operation ?? ''
-  const facts = SECURITY_OPERATIONS.has(op) || op === EXEC_CREATE
-  return { body: level === 'request' || facts || NAMED_BY_BODY.has(op), facts }
+  const facts = SECURITY_OPERATIONS.has(op) || op === EXEC_CREATE || level !== 'metadata'
+  return { body: level === 'request' || SECURITY_OPERATIONS.has(op) || op === EXEC_CREATE || NAMED_BY_BODY.has(op), facts }
 }
 
 /** The name of a resource being created, where it is not in the path. */
@@ -378,8 +389,8 @@ export interface BuildOptions {
 }
 
 /**
- * The record for one event. Level `metadata`: everything but the body; `request`:
- * the redacted, decoded request body as well.
+ * The record for one event. Level `metadata`: everything but the body and the facts;
+ * `facts`: the policy's facts as well; `request`: those and the redacted, decoded request body.
  */
 export function buildRecord (input: AuditInput, level: AuditLevel, options: BuildOptions = {}): AuditRecord {
   const redact = redactor({ redactEnv: options.redactEnv ?? true })
@@ -424,6 +435,7 @@ export function buildRecord (input: AuditInput, level: AuditLevel, options: Buil
     if (command !== undefined) record.command = command
     if (SECURITY_OPERATIONS.has(op) || op === EXEC_CREATE) record.security = securityOf(op, input.facts ?? {}, body)
   }
+  if (level !== 'metadata' && input.policyFacts) record.facts = { ...input.policyFacts }
   if (level === 'request' && body !== undefined) record.body = redact.body(op, body)
   return record
 }

@@ -38,7 +38,8 @@ const Whole = (o: Options = {}) => Type.Integer({ maximum: Number.MAX_SAFE_INTEG
 const PRINTABLE = '^[^\\u0000-\\u001f\\u007f]*$'
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
-export const AUDIT_LEVELS = ['metadata', 'request'] as const
+/** metadata < facts (adds the policy's facts, for `policy learn`) < request (adds the body as well). */
+export const AUDIT_LEVELS = ['metadata', 'facts', 'request'] as const
 export const AUDIT_FAILURE_POLICIES = ['closed', 'open'] as const
 /** Docker Engine API versions are `1.NN`; the gateway understands this window. */
 export const API_MINOR_MIN = 24

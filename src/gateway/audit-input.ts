@@ -4,7 +4,7 @@
  */
 import { decodeBody } from '../api/body/decode'
 import type { AuditEventKind, AuditInput } from '../audit'
-import { buildInput } from '../policy/facts'
+import { buildInput, zeroFacts } from '../policy/facts'
 import type { RequestContext } from './context'
 
 /** The operations whose records carry a security summary (audit/record.ts), worked out from facts. */
@@ -41,6 +41,7 @@ export function inputFromContext (ctx: RequestContext, event: AuditEventKind, ex
     decision: ctx.decision ?? null,
     rewrites: ctx.rewrites ?? [],
     facts: extras.facts ?? factsOf(ctx, extras.body ?? ctx.body),
+    policyFacts: extras.facts ? nonZeroFacts(extras.facts) : null,
     body: extras.body ?? ctx.body,
     command: extras.command ?? null,
     status: ctx.status ?? null,
@@ -72,4 +73,26 @@ function factsOf (ctx: RequestContext, body: unknown): AuditInput['facts'] {
     }
   }
   return buildInput(t.operation.id, t.operation.kind, t.resource ?? '', t.query, value)
+}
+
+const FACT_NAMES = Object.keys(zeroFacts())
+
+function isZero (v: unknown): boolean {
+  if (Array.isArray(v)) return v.length === 0
+  if (v !== null && typeof v === 'object') return Object.values(v).every(isZero)
+  return v === false || v === '' || v === 0 || v === null || v === undefined
+}
+
+/**
+ * The facts the policy judged, without the ones at their zero value (audit levels
+ * `facts` and `request`, for `policy learn`): picked by the vocabulary's names, so
+ * nothing else the input holds (its body, its query) is copied.
+ */
+function nonZeroFacts (facts: object): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  for (const name of FACT_NAMES) {
+    const v = (facts as Record<string, unknown>)[name]
+    if (!isZero(v)) out[name] = v
+  }
+  return out
 }

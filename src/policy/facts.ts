@@ -152,6 +152,14 @@ function emptyFacts (): Facts {
   }
 }
 
+/**
+ * The fact vocabulary with each fact's zero value: what the audit trail leaves out of a
+ * record's `facts` and `policy learn` reads back for a fact a record does not name.
+ */
+export function zeroFacts (): Facts {
+  return emptyFacts()
+}
+
 /** HostConfig, or the Resources part of it that ContainerUpdate carries at the top level. */
 function hostConfigFacts (f: Facts, hc: Json): void {
   f.privileged = hc.Privileged === true

@@ -16,6 +16,8 @@
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
+ *   views:                            # what unscoped roles see of the containers
+ *     - { roles: [traefik], containers: traefik.enable=true }   # a label (key=value or key)
  *   users:
  *     default: "65534:65534"          # uid:gid a tenant's processes run as when it names none
  *     tenants: { team-a: "10001:10001" }
@@ -76,6 +78,17 @@ export interface TenancySettings {
   /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
   readonly redact: { readonly env: readonly EnvRedaction[] }
   readonly users: UserSettings
+  /** What some unscoped roles see of the containers (absent: everything). */
+  readonly views?: readonly ContainerView[]
+}
+
+/**
+ * The containers an unscoped role sees: those carrying `label` (`key=value`, or `key`
+ * for any value), as the engine's `label` filter reads it; the others answer as missing.
+ */
+export interface ContainerView {
+  readonly roles: readonly string[]
+  readonly label: string
 }
 
 /**
@@ -111,7 +124,7 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views']
 /** Linux ids are 32 bits; (uid_t)-1 (4294967295) means "no change" to the kernel and is not an id. */
 const MAX_ID = 4294967294
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
@@ -265,7 +278,23 @@ export function compileTenancy (file: string, name: string, problems: string[]):
     if (r && r.env !== undefined) redact = Object.freeze({ env: envRedactions(r.env, `${name}: redact.env`, problems) })
   }
   const userSettings = m.users === undefined ? DEFAULT_TENANCY.users : users(m.users, name, problems)
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact, users: userSettings })
+  const viewList = m.views === undefined ? [] : views(m.views, `${name}: views`, unscopedRoles, problems)
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact, users: userSettings, views: viewList })
+}
+
+/** `views`: a list of `{ roles, containers: LABEL }`, for unscoped roles only (a tenant's view is its tenant). */
+function views (v: unknown, at: string, unscoped: readonly string[], problems: string[]): readonly ContainerView[] {
+  if (!Array.isArray(v)) { problems.push(`${at}: expected a list of { roles: [...], containers: LABEL }`); return [] }
+  const out: ContainerView[] = []
+  v.forEach((entry, i) => {
+    const e = mapping(entry, `${at}[${i}]`, ['roles', 'containers'], problems)
+    if (!e) return
+    const roles = stringList(e.roles, `${at}[${i}].roles`, problems)
+    for (const r of roles ?? []) if (!unscoped.includes(r)) problems.push(`${at}[${i}].roles: ${r} is not in unscopedRoles (a tenant sees its own objects; views narrow unscoped roles)`)
+    if (typeof e.containers !== 'string' || !/^[^=\s]+(=.*)?$/.test(e.containers)) { problems.push(`${at}[${i}].containers: expected a label, key=value or key`); return }
+    if (roles) out.push(Object.freeze({ roles: Object.freeze([...roles]), label: e.containers }))
+  })
+  return Object.freeze(out)
 }
 
 /** `redact.env`: a list of `{ roles, keys }`; an empty list redacts nothing for anyone. */

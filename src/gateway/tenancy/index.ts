@@ -10,8 +10,9 @@ import type { Identity } from '../authenticate'
 import type { Target } from '../../api/catalog/route'
 import type { TenancySettings } from '../../policy/tenancy'
 import type { PatchOp } from '../../policy/rewrite'
-import type { Upstream } from '../upstream'
-import { Call, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
+import { engineJson, type Upstream } from '../upstream'
+import { parseFilters, serializeFilters, withLabel } from './filters'
+import { Call, missing, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
 import type { Credentials } from '../../config'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
@@ -59,7 +60,7 @@ export class Tenancy {
    * `quotaStore`: the replicas' shared quota reservations (with policy.database), else per process.
    * `onEngineConnected`: called whenever the engine's event stream connects.
    */
-  constructor (upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: QuotaStore | null = null, onEngineConnected?: () => void) {
+  constructor (private readonly upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: QuotaStore | null = null, onEngineConnected?: () => void) {
     this.resolver = new Resolver(upstream, this.cache)
     this.stopWatching = watchEvents(upstream, this.cache, log, undefined, onEngineConnected)
   }
@@ -77,7 +78,7 @@ export class Tenancy {
    */
   async scope (identity: Identity, target: Target, body: unknown, settings: TenancySettings, clientRegistryAuth: string | undefined): Promise<TenancyDecision> {
     const tenant = Tenancy.tenantOf(identity, settings)
-    if (tenant === null) return { decision: 'unscoped' }
+    if (tenant === null) return await this.scopeView(identity, target, settings)
     const op = target.operation
     const handler = handlers[op.id]
     if (!handler) return refused(refuse('tenant-scoping', `${op.id} has no tenant scoping; refused for subject ${identity.subject}`))
@@ -109,6 +110,36 @@ export class Tenancy {
     // runs (a tenant's events stream: for days); the decoded body is the pipeline's now.
     call.body = undefined
     return scoped
+  }
+
+  /**
+   * An unscoped role with a view (tenancy.yaml `views`) sees only the containers that
+   * carry its label: lists and events are filtered by the engine with the label added,
+   * and a container named in the path is looked up first and forwarded by its full id
+   * (ids never change hands, names do), or answers as missing. Other container
+   * operations without a container in the path are refused.
+   */
+  private async scopeView (identity: Identity, target: Target, settings: TenancySettings): Promise<TenancyDecision> {
+    const label = settings.views?.find((v) => v.roles.some((r) => identity.roles.includes(r)))?.label
+    if (label === undefined) return { decision: 'unscoped' }
+    const op = target.operation
+    if (op.id === 'ContainerList' || op.id === 'SystemEvents') {
+      const filters = serializeFilters(withLabel(parseFilters(target.query), label))
+      const query = new URLSearchParams(target.query)
+      query.set('filters', filters)
+      return { decision: 'scoped', url: buildUrl(target, target.params, query), patch: [{ op: 'replace', path: '/query/filters', value: filters }], setHeaders: {} }
+    }
+    if (op.kind !== 'container') return { decision: 'unscoped' }
+    const ref = target.params.id
+    if (ref === undefined) return refused(refuse('container-view', `${op.id} refused: subject ${identity.subject} sees only containers labelled ${label}`))
+    const found = await engineJson(this.upstream, 'GET', `/containers/${encodeURIComponent(ref)}/json`)
+    const c = found.body as { Id?: unknown, Config?: { Labels?: Record<string, string> | null } } | null
+    const labels = c?.Config?.Labels ?? {}
+    const eq = label.indexOf('=')
+    const seen = found.status === 200 && typeof c?.Id === 'string' &&
+      (eq < 0 ? Object.prototype.hasOwnProperty.call(labels, label) : labels[label.slice(0, eq)] === label.slice(eq + 1))
+    if (!seen) return refused(missing('container', ref, op.id))
+    return { decision: 'scoped', url: buildUrl(target, { ...target.params, id: c!.Id as string }, null), patch: [], setHeaders: {} }
   }
 
   /** Another tenant's object answers as a missing one, in the words of the engine behind the gateway. */
