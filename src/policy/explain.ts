@@ -83,6 +83,7 @@ function source (fact: string, op: string): string {
     case 'pluginPrivileges': return 'the privileges granted'
     case 'tmpfsSizes':
     case 'tmpfsOptions': return op === 'VolumeCreate' ? 'DriverOpts o of a tmpfs volume, -o o=' : service ? `${spec('Mounts')} tmpfs, --mount type=tmpfs` : `${hc('Tmpfs')}/Mounts tmpfs, --tmpfs/--mount type=tmpfs`
+    case 'mountOptions': return service ? `${spec('Mounts')} propagation` : `${hc('Binds')} modes and Mounts propagation, -v src:dst:opts/--mount bind-propagation=`
     case 'shmSize': return `${hc('ShmSize')}, --shm-size`
     case 'ulimits': return service ? `${spec('Ulimits')}, --ulimit` : `${hc('Ulimits')}, --ulimit`
     case 'oomKillDisable': return `${hc('OomKillDisable')}, --oom-kill-disable`

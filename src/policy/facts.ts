@@ -33,10 +33,32 @@ function strings (v: unknown): string[] {
   return arr(v).filter((x): x is string => typeof x === 'string')
 }
 
-/** `src:dst[:opts]`: the source is a host path when absolute, a volume name otherwise (resolved with the others in buildInput). */
+/**
+ * `src:dst[:opts]`: the source is a host path when absolute, a volume name otherwise
+ * (resolved with the others in buildInput). Podman also reads a source starting with `.`
+ * as a host path, relative to its service's working directory (specgen.GenVolumeMounts):
+ * given as written, it lies under no allowed prefix.
+ */
 function bindSource (bind: string): string | null {
   const src = bind.split(':')[0]
-  return src.startsWith('/') ? src : null
+  return src.startsWith('/') || src.startsWith('.') ? src : null
+}
+
+/** The options of a bind's mode (`ro,Z`, Podman's `O,upperdir=/x,workdir=/y`), by name. */
+function bindOptions (bind: string): string[] {
+  const parts = bind.split(':')
+  return parts.length < 3 ? [] : parts.slice(2).join(':').split(',').map((o) => o.split('=')[0])
+}
+
+/**
+ * A Mounts string field as Podman's Docker-compatible API passes it on: joined with the
+ * others into one `type=...,source=...,target=...` string that it then reads as CSV
+ * (pkg/api/handlers/compat/containers_create.go, specgenutil.Mounts). A value with a
+ * comma, quote or line break would be read as more options: given whole as an option.
+ */
+function mountFieldOptions (m: Json): string[] {
+  const fields = [m.Type, m.Source, m.Target, m.Consistency, obj(m.BindOptions).Propagation].map(str)
+  return fields.filter((v) => /[,"\r\n]/.test(v))
 }
 
 /**
@@ -71,6 +93,15 @@ function mountFacts (f: Facts, mounts: unknown, swarm = false): void {
   for (const m of arr(mounts).map(obj)) {
     const type = swarm ? swarmMountType(m.Type) : str(m.Type)
     if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
+    // Podman makes the directory of any absolute source, whatever the type (dockerd refuses a source there).
+    else if (str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
+    // Other types (Podman's `image`, `devpts`...) mount what the tenant does not own; dockerd refuses them.
+    if (!['bind', 'volume', 'tmpfs'].includes(type)) f.hostVolume = true
+    if (type !== 'tmpfs') {
+      const propagation = str(obj(m.BindOptions).Propagation)
+      if (propagation !== '') f.mountOptions.push(propagation)
+      f.mountOptions.push(...mountFieldOptions(m))
+    }
     if (type === 'volume') {
       const driver = obj(obj(m.VolumeOptions).DriverConfig)
       volumeFacts(f, str(driver.Name), obj(driver.Options))
@@ -132,6 +163,7 @@ function emptyFacts (): Facts {
     pluginPrivileges: [],
     tmpfsSizes: [],
     tmpfsOptions: [],
+    mountOptions: [],
     shmSize: 0,
     ulimits: [],
     oomKillDisable: false,
@@ -156,6 +188,7 @@ function emptyFacts (): Facts {
 function hostConfigFacts (f: Facts, hc: Json): void {
   f.privileged = hc.Privileged === true
   f.hostPaths.push(...strings(hc.Binds).map(bindSource).filter((p): p is string => p !== null))
+  f.mountOptions.push(...strings(hc.Binds).flatMap(bindOptions))
   mountFacts(f, hc.Mounts)
   f.capAdd = strings(hc.CapAdd).map(capability)
   f.capDrop = strings(hc.CapDrop).map(capability)

@@ -86,6 +86,15 @@ export interface Facts {
   tmpfsSizes: number[]
   /** Their mount options as given, by name (`size`, `mode`, `exec`, `suid`, `nr_inodes`...). */
   tmpfsOptions: string[]
+  /**
+   * Options of bind and volume mounts as the engine reads them, by name (`ro`, `rprivate`,
+   * `nocopy`; on Podman also `O`, `upperdir`, `workdir`, `U`, `idmap`...): HostConfig.Binds'
+   * modes, Mounts' propagation, a SpecGenerator's mounts (other than tmpfs) and named
+   * volumes. A Mounts field that Podman's Docker-compatible API would split into more
+   * options (it joins them into one `--mount` string, docs/podman.md) is given whole.
+   * Judged by rule `mount-options` (an allow-list).
+   */
+  mountOptions: string[]
   /** HostConfig.ShmSize in bytes (0: the engine's default). */
   shmSize: number
   /** Ulimits with lower-case names (the engine upper-cases them into RLIMIT_*); -1: unlimited. */

@@ -33,20 +33,36 @@ function hostPath (p: string): string | null {
 
 /**
  * A namespace `{nsmode, value}` as the Docker mode string the facts use: `host`,
- * `container:<ref>`, or the mode itself (`private`, `bridge`, `none`, `slirp4netns`...).
+ * `container:<ref>`, `ns:<path>` (a namespace file, any process's), the private modes
+ * as themselves (`private`, `bridge`, `none`, `shareable`; `default` is ''), and any
+ * other mode as `<mode>:<value>`, never read as a network's name (`slirp4netns:...`,
+ * `pasta:`, `auto:`, `keep-id:`...): the policy's allow-list (sharedNamespace) refuses
+ * what it does not know.
  */
 function namespaceMode (ns: unknown): string {
   const { nsmode, value } = obj(ns)
-  switch (str(nsmode)) {
+  const mode = str(nsmode)
+  const v = str(value)
+  switch (mode) {
     case 'host': return 'host'
-    // A namespace file named by path can be any process's, the host's included.
-    case 'path': return 'host'
-    case 'container': return `container:${str(value)}`
+    case 'path': return `ns:${v}`
+    case 'container': return `container:${v}`
     // The pod's infra container's namespaces.
     case 'pod': return 'container:pod'
-    default: return str(nsmode)
+    case '':
+    case 'default':
+      return v === '' ? '' : `${mode}:${v}`
+    case 'private':
+    case 'bridge':
+    case 'none':
+    case 'shareable':
+      if (v === '') return mode
   }
+  return `${mode}:${v}`
 }
+
+/** `health_check_on_failure_action`: none 0, invalid 1, kill 2, restart 3, stop 4 (libpod/define/healthchecks.go). */
+const HEALTH_RESTART = 3
 
 /** OCI mount types that only create something new in the container. */
 const PRIVATE_MOUNT_TYPES = new Set(['tmpfs', 'ramfs', 'devpts', 'mqueue'])
@@ -57,6 +73,7 @@ function specGeneratorFacts (f: Facts, b: Json): void {
     const type = str(m.type)
     const options = strings(m.options)
     // runc binds whatever a bind option is given to, whatever the type says.
+    if (!PRIVATE_MOUNT_TYPES.has(type)) f.mountOptions.push(...options.map((o) => o.split('=')[0]))
     if (type === 'bind' || options.includes('bind') || options.includes('rbind')) {
       const p = hostPath(str(m.source))
       if (p) f.hostPaths.push(p)
@@ -65,6 +82,8 @@ function specGeneratorFacts (f: Facts, b: Json): void {
       f.hostVolume = true
     }
   }
+  // Named volumes' options (`O` overlays them, with upperdir/workdir on the host; `U` chowns; `idmap`...).
+  for (const v of arr(b.volumes).map(obj)) f.mountOptions.push(...strings(v.Options).map((o) => o.split('=')[0]))
   for (const o of arr(b.overlay_volumes).map(obj)) {
     const p = hostPath(str(o.source))
     if (p) f.hostPaths.push(p)
@@ -109,7 +128,9 @@ function specGeneratorFacts (f: Facts, b: Json): void {
   f.sysctls = Object.keys(obj(b.sysctl))
   f.runtime = str(b.oci_runtime)
   f.annotations = Object.keys(obj(b.annotations))
-  f.restartPolicy = str(b.restart_policy)
+  // A failing health check with the `restart` action (define.HealthCheckOnFailureActionRestart)
+  // makes Podman restart the container, mounting its binds again: a restart policy.
+  f.restartPolicy = str(b.restart_policy) || (num(b.health_check_on_failure_action) === HEALTH_RESTART ? 'health-restart' : '')
   f.cgroupParent = str(b.cgroup_parent)
   f.volumesFrom = strings(b.volumes_from)
   f.user = str(b.user)
@@ -150,6 +171,8 @@ export function libpodFacts (op: string, f: Facts, b: Json): void {
       f.user = str(b.User)
       break
     case 'VolumeCreateLibpod': {
+      // Podman's `image` driver mounts an image, any on the engine: judged as every driver is.
+      if (str(b.Driver) !== '') f.volumeDrivers.push(str(b.Driver))
       const v = localVolume(str(b.Driver), obj(b.Options))
       if (v.bindPath) f.hostPaths.push(v.bindPath)
       f.hostVolume = v.hostAccess
@@ -183,7 +206,7 @@ export function libpodSource (fact: string, op: string): string {
     case 'sysctls': return 'sysctl, --sysctl'
     case 'runtime': return 'oci_runtime, --runtime'
     case 'annotations': return 'annotations, --annotation'
-    case 'restartPolicy': return 'restart_policy, --restart'
+    case 'restartPolicy': return 'restart_policy, --restart; health_check_on_failure_action restart, --health-on-failure=restart'
     case 'cgroupParent': return 'cgroup_parent, --cgroup-parent'
     case 'volumesFrom': return 'volumes_from, --volumes-from'
     case 'user': return exec ? 'User, podman exec --user' : 'user, --user'
@@ -195,6 +218,8 @@ export function libpodSource (fact: string, op: string): string {
     case 'oomScoreAdj': return 'oom_score_adj, --oom-score-adj'
     case 'ulimits': return 'r_limits, --ulimit'
     case 'tmpfsSizes': return 'mounts of type tmpfs, --tmpfs/--mount type=tmpfs'
+    case 'mountOptions': return 'options of mounts (other than tmpfs) and volumes; -v src:dst:opts/--mount'
+    case 'volumeDrivers': return 'Driver, podman volume create --driver'
     case 'memorySwap': return 'resource_limits.memory.swap, --memory-swap'
     case 'oomKillDisable': return 'resource_limits.memory.disableOOMKiller, --oom-kill-disable'
     case 'cpuShares': return 'resource_limits.cpu.shares, --cpu-shares'

@@ -161,6 +161,10 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     onlyFields(call, 'log_configuration fields', spec.log_configuration, TENANT_LOG_FIELDS, 'libpod-spec-fields')
     onlyFields(call, 'resource_limits fields', spec.resource_limits, TENANT_RESOURCE_FIELDS, 'libpod-spec-fields')
     defaultsOnly(call, spec)
+    // Podman's default cgroup namespace is containers.conf's, the host's on cgroup v1
+    // (measured, 4.3): a tenant's container gets its own, as Docker-compatible creates do
+    // on dockerd (rewrites.yaml). Other modes are judged by the policy (no-host-namespaces).
+    if (['', 'default'].includes(str(spec.cgroupns?.nsmode)) && str(spec.cgroupns?.value) === '') call.setBody(['cgroupns'], { nsmode: 'private' })
     // Who it runs as, as for a Docker-compatible create (users.ts): SpecGenerator `user`, `groups`.
     await scopeUser(call, ['user'], ['groups'], 'user')
     await b.nameFree(call, 'container', str(spec.name))

@@ -260,6 +260,7 @@ const containerCreate: Handler = async (call) => {
     checkQuota(call, { containers: 1, memory: memoryOf(hc), nanoCpus: cpuOf(hc) }),
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
+  await podmanSystemdMode(call, hc)
   stamp(call, ['Labels'])
   // The created container counts from its answer on, whether or not the engine's create
   // event has reached the gateway yet (the reservation ends once the answer is out).
@@ -279,6 +280,47 @@ const containerCreate: Handler = async (call) => {
   for (const v of newVolumes) {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
     if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
+  }
+}
+
+/** Commands that put Podman in systemd mode (pkg/specgen/generate/container_create.go). */
+const SYSTEMD_COMMANDS = new Set(['/sbin/init', '/usr/sbin/init', '/usr/local/sbin/init'])
+
+/**
+ * Podman's Docker-compatible create asks for systemd mode `true` on every container
+ * (compat/containers_create.go), which turns it on when the command is an init or
+ * systemd; then Podman mounts the host's /sys/fs/cgroup/systemd read-write into the
+ * container on cgroup v1. The command is worked out as Podman does (specgenutil's
+ * entrypoint, which reads a one-element entrypoint that is a JSON array as that array;
+ * specgen/generate makeCommand, the image's when the body gives none) and refused.
+ */
+async function podmanSystemdMode (call: Call, hc: any): Promise<void> {
+  if (hc?.Init === true || await call.r.engine() !== 'podman') return
+  // A string is a one-element list to Docker's strslice.
+  const strs = (v: unknown): string[] => typeof v === 'string' ? [v] : list(v).map(str)
+  let entrypoint: string[] | null = strs(bodyAt(call, 'Entrypoint'))
+  if (entrypoint.length === 0) entrypoint = null
+  else if (entrypoint.length === 1) {
+    try {
+      const parsed: unknown = JSON.parse(entrypoint[0])
+      if (Array.isArray(parsed) && parsed.every((x) => typeof x === 'string')) entrypoint = parsed
+    } catch {}
+  }
+  let cmd = strs(bodyAt(call, 'Cmd'))
+  if (entrypoint === null || cmd.length === 0) {
+    const image = str(bodyAt(call, 'Image'))
+    const r = await call.r.get(`/images/${image.split('/').map(encodeURIComponent).join('/')}/json`)
+    const config = r.body?.Config ?? {}
+    if (entrypoint === null) {
+      entrypoint = strs(config.Entrypoint)
+      if (cmd.length === 0) cmd = strs(config.Cmd)
+    }
+  }
+  let command = [...(entrypoint.length === 1 && entrypoint[0] === '' ? [] : entrypoint), ...cmd]
+  if (command.length > 2 && command[0] === '/bin/sh' && command[1] === '-c') command = command.slice(2)
+  const first = command[0] ?? ''
+  if (SYSTEMD_COMMANDS.has(first) || first.split('/').pop() === 'systemd') {
+    throw refuse('podman-systemd', `the command ${JSON.stringify(first)} puts Podman in systemd mode, which mounts the host's cgroup hierarchy into the container: not available to tenants (run it with --init, or another command)`)
   }
 }
 
