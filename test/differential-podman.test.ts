@@ -306,6 +306,32 @@ function classes (): void {
     if (withInit.stored) t.notOk((await inspect(init))?.Config?.SystemdMode, 'and without systemd mode')
     await remove(init)
   })
+
+  t.test('forward only what was judged: a tenant\'s create reaches Podman re-encoded from the fields the gateway knows', async (t) => {
+    const name = fresh('known')
+    const r = await spec('a', { name, rootfs: '', conmon_pid_file: '', mounts: [{ destination: '/t', type: 'tmpfs', source: 'tmpfs', options: ['size=1m'], extra: 'x' }] })
+    t.equal(r.status, 201, `a SpecGenerator with zero-valued fields outside the tenant's set and an unknown mount key is created (${said(r)})`)
+    const cname = fresh('known-compat')
+    const c = await compat('a', cname, { Unknown: { Privileged: true }, UnsetEnv: ['X'] })
+    t.equal(c.status, 201, `a compat create with an unknown field is created (${said(c)})`)
+    const records = fs.readFileSync(path.join(tmp, 'audit.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+    const removed = (n: string): string[] => records.filter((x) => JSON.stringify(x).includes(n)).flatMap((x) => JSON.stringify(x).match(/"op":"remove","path":"[^"]*"/g) ?? [])
+    t.same(removed('ContainerCreateLibpod').sort(), ['"op":"remove","path":"/conmon_pid_file"', '"op":"remove","path":"/mounts/0/extra"', '"op":"remove","path":"/rootfs"'], 'the audit record shows what was not sent: the fields outside the tenant\'s set, the key no mount has')
+    t.same(removed(cname), ['"op":"remove","path":"/Unknown"'], 'and of the compat create, the field Podman does not read (UnsetEnv, which it does, goes on)')
+    t.ok(Object.keys((await inspect(name))?.HostConfig?.Tmpfs ?? {}).includes('/t'), 'Podman holds the container with its tmpfs')
+    await remove(name)
+    await remove(cname)
+  })
+
+  t.test('class 6: a libpod network create with explicit subnets is refused as the compat create is', async (t) => {
+    const net = `${P}-subnet`
+    const r = await ask('a', 'POST', `${libpod()}/networks/create`, { name: net, subnets: [{ subnet: '10.88.0.0/24' }] })
+    t.match(said(r), /^403 .*network-ipam/, 'explicit subnets: refused by network-ipam')
+    t.equal((await podman('GET', `/libpod/networks/${net}/exists`)).status, 404, 'Podman holds no such network')
+    const ok = await ask('a', 'POST', `${libpod()}/networks/create`, { name: net })
+    t.equal(ok.status, 200, `without subnets it is created (${said(ok)})`)
+    await podman('DELETE', `/libpod/networks/${net}`)
+  })
 }
 
 // ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import { TenancyRefusal } from './refusal'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { numberOf } from '../../api/body/number'
+import { bodySchemas, type BodyNode } from '../../api/body/schema'
 import { buildInput, swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild } from './build'
@@ -261,6 +262,10 @@ const containerCreate: Handler = async (call) => {
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
   await podmanSystemdMode(call, hc)
+  // What Podman reads of a Docker-compatible create is its CreateContainerConfig: Docker's
+  // structs (which the schema lists) and three fields of its own, harmless; it ignores the
+  // rest, so the rest is not sent (docs/podman.md, "forward only what was judged").
+  if (await call.r.engine() === 'podman') call.knownFieldsOnly(COMPAT_CREATE, PODMAN_COMPAT_FIELDS)
   stamp(call, ['Labels'])
   // The created container counts from its answer on, whether or not the engine's create
   // event has reached the gateway yet (the reservation ends once the answer is out).
@@ -282,6 +287,10 @@ const containerCreate: Handler = async (call) => {
     if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
   }
 }
+
+const COMPAT_CREATE = bodySchemas.get('ContainerCreate') as BodyNode
+/** Podman's own fields in a Docker-compatible create (pkg/api/handlers/types.go CreateContainerConfig). */
+const PODMAN_COMPAT_FIELDS: ReadonlySet<string> = new Set(['EnvMerge', 'UnsetEnv', 'UnsetEnvAll'])
 
 /** Commands that put Podman in systemd mode (pkg/specgen/generate/container_create.go). */
 const SYSTEMD_COMMANDS = new Set(['/sbin/init', '/usr/sbin/init', '/usr/local/sbin/init'])
