@@ -323,6 +323,21 @@ function classes (): void {
     await remove(cname)
   })
 
+  t.test('class 5: libpod log drivers are an allow-list, and the log is bounded as on the compat path', async (t) => {
+    for (const [log, rule] of [[{ driver: 'passthrough' }, 'libpod-log-driver'], [{ driver: 'journald' }, 'libpod-log-driver'], [{ driver: 'k8s-file', size: -1 }, 'libpod-log-max-size'], [{ driver: 'k8s-file', size: 1073741824 }, 'libpod-log-max-size']] as const) {
+      const name = fresh('log')
+      const r = await spec('a', { name, log_configuration: log })
+      t.match(said(r), new RegExp(`^403 .*${rule}`), `log_configuration ${JSON.stringify(log)}: refused by ${rule}`)
+      t.notOk(r.stored, 'Podman holds no such container')
+      if (r.stored) await remove(name)
+    }
+    const name = fresh('log-ok')
+    t.equal((await spec('a', { name })).status, 201, 'a create that names no log configuration')
+    const lc = (await inspect(name))?.HostConfig?.LogConfig
+    t.same([lc?.Type, lc?.Size], ['k8s-file', '10.49MB'], 'gets a k8s-file truncated at 10 MiB on Podman (its default is unbounded)')
+    await remove(name)
+  })
+
   t.test('class 6: a libpod network create with explicit subnets is refused as the compat create is', async (t) => {
     const net = `${P}-subnet`
     const r = await ask('a', 'POST', `${libpod()}/networks/create`, { name: net, subnets: [{ subnet: '10.88.0.0/24' }] })

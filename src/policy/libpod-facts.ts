@@ -92,6 +92,14 @@ function specGeneratorFacts (f: Facts, b: Json): void {
     const p = hostPath(str(b[field]))
     if (p) f.hostPaths.push(p)
   }
+  // Logging in the Docker facts' terms: Podman's drivers are k8s-file (json-file is its
+  // alias), journald, none and passthrough (the service's own stdio); conmon keeps one
+  // k8s-file, truncated at `size` bytes (0 or less: unbounded).
+  const log = obj(b.log_configuration)
+  f.logDriver = str(log.driver)
+  f.logOptions = Object.keys(obj(log.options))
+  f.logMaxSize = num(log.size) > 0 ? num(log.size) : 0
+  f.logMaxFile = 1
   const logPath = hostPath(str(obj(b.log_configuration).path))
   if (logPath) f.hostPaths.push(logPath)
   for (const d of strings(b.chroot_directories)) {
@@ -214,6 +222,10 @@ export function libpodSource (fact: string, op: string): string {
     case 'nanoCpus': return 'resource_limits.cpu.quota/period, --cpus'
     case 'pidsLimit': return 'resource_limits.pids.limit, --pids-limit'
     case 'networkDriver': return 'driver, podman network create --driver'
+    case 'logDriver': return 'log_configuration.driver, --log-driver'
+    case 'logOptions': return 'log_configuration.options, --log-opt'
+    case 'logMaxSize': return 'log_configuration.size, --log-opt max-size='
+    case 'logMaxFile': return 'one k8s-file, truncated at its size'
     case 'shmSize': return 'shm_size, --shm-size'
     case 'oomScoreAdj': return 'oom_score_adj, --oom-score-adj'
     case 'ulimits': return 'r_limits, --ulimit'
