@@ -338,6 +338,25 @@ function classes (): void {
     await remove(name)
   })
 
+  t.test('class 7: the engine work of one create is bounded (rule request-size), ranges expanded', async (t) => {
+    const big: Array<[string, () => Promise<{ status: number, text: string, stored: boolean }>]> = [
+      ['compat ExposedPorts 1-2000 published', async () => await compat('a', fresh('size'), { ExposedPorts: { '1-2000/tcp': {} }, HostConfig: { PublishAllPorts: true } })],
+      ['compat 1100 PortBindings', async () => await compat('a', fresh('size'), { HostConfig: { PortBindings: Object.fromEntries(Array.from({ length: 1100 }, (_, i) => [`${i + 1}/tcp`, [{ HostPort: String(20000 + i) }]])) } })],
+      ['libpod portmappings range 2000', async () => await spec('a', { name: fresh('size'), portmappings: [{ container_port: 1, host_port: 30000, range: 2000 }] })],
+      ['libpod 5000 environment entries', async () => await spec('a', { name: fresh('size'), env: Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`V${i}`, 'x'])) })],
+      ['compat 200 tmpfs mounts', async () => await compat('a', fresh('size'), { HostConfig: { Tmpfs: Object.fromEntries(Array.from({ length: 200 }, (_, i) => [`/t${i}`, 'size=1m'])) } })],
+    ]
+    for (const [what, send] of big) {
+      const r = await send()
+      t.match(said(r), /^403 .*request-size/, `${what}: refused by request-size`)
+      t.notOk(r.stored, 'Podman holds no such container')
+    }
+    const ok = fresh('size-ok')
+    const fine = await spec('a', { name: ok, portmappings: [{ container_port: 80, host_port: 30080, range: 10 }] })
+    t.equal(fine.status, 201, `a range of 10 ports is created (${said(fine)})`)
+    await remove(ok)
+  })
+
   t.test('class 6: a libpod network create with explicit subnets is refused as the compat create is', async (t) => {
     const net = `${P}-subnet`
     const r = await ask('a', 'POST', `${libpod()}/networks/create`, { name: net, subnets: [{ subnet: '10.88.0.0/24' }] })

@@ -164,6 +164,7 @@ function emptyFacts (): Facts {
     tmpfsSizes: [],
     tmpfsOptions: [],
     mountOptions: [],
+    counts: { ports: 0, mounts: 0, env: 0, devices: 0, hosts: 0, dns: 0, ulimits: 0, labels: 0 },
     shmSize: 0,
     ulimits: [],
     oomKillDisable: false,
@@ -181,6 +182,37 @@ function emptyFacts (): Facts {
     volumeDrivers: [],
     serviceRuntime: '',
     secretDriver: '',
+  }
+}
+
+/** `8000-9000` -> 1001; a single port, or what does not parse, counts 1. */
+export function portRangeSize (spec: string): number {
+  const m = /^(\d+)-(\d+)$/.exec(spec.trim())
+  if (!m) return 1
+  const n = Number(m[2]) - Number(m[1]) + 1
+  return n > 1 ? n : 1
+}
+
+/** The sizes of a Docker-compatible create's lists (ListCounts), ranges expanded. */
+function createCounts (f: Facts, b: Json): void {
+  const hc = obj(b.HostConfig)
+  const len = (v: unknown): number => arr(v).length
+  const keys = (v: unknown): number => Object.keys(obj(v)).length
+  let ports = 0
+  for (const k of Object.keys(obj(b.ExposedPorts))) ports += portRangeSize(k.split('/')[0])
+  for (const [k, bindings] of Object.entries(obj(hc.PortBindings))) {
+    const inner = portRangeSize(k.split('/')[0])
+    for (const pb of arr(bindings).length ? arr(bindings) : [{}]) ports += Math.max(inner, portRangeSize(str(obj(pb).HostPort)))
+  }
+  f.counts = {
+    ports,
+    mounts: len(hc.Binds) + len(hc.Mounts) + keys(hc.Tmpfs) + keys(b.Volumes),
+    env: len(b.Env),
+    devices: len(hc.Devices) + len(hc.DeviceCgroupRules) + len(hc.DeviceRequests),
+    hosts: len(hc.ExtraHosts),
+    dns: len(hc.Dns) + len(hc.DnsSearch) + len(hc.DnsOptions),
+    ulimits: len(hc.Ulimits),
+    labels: keys(b.Labels) + keys(hc.Annotations),
   }
 }
 
@@ -308,6 +340,7 @@ export function buildInput (op: string, kind: string, resource: string, query: U
   switch (op) {
     case 'ContainerCreate':
       hostConfigFacts(f, obj(b.HostConfig))
+      createCounts(f, b)
       f.user = str(b.User)
       break
     case 'ContainerUpdate':

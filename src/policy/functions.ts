@@ -91,6 +91,19 @@ export const conditionFunctions = {
   anyNotBetween: (v: unknown, min: unknown, max: unknown): boolean => values(v).map(Number).some((x) => !(x >= Number(min) && x <= Number(max))),
   ulimitsOutside,
   /**
+   * Some count is above its cap, given as `name=cap` pairs: `ports=1024,mounts=128`. A
+   * count the list does not name is not capped; a name that is no count is an error in
+   * the policy, and denies.
+   */
+  countsOver: (counts: unknown, spec: unknown): boolean => {
+    const c = counts !== null && typeof counts === 'object' ? counts as Record<string, unknown> : {}
+    return list(spec).some((e) => {
+      const [name, cap] = e.split('=')
+      if (!(name in c) || cap === undefined || !/^\d+$/.test(cap)) return true
+      return Number(c[name]) > Number(cap)
+    })
+  },
+  /**
    * A user spec whose user or group is root: `root`, `0`, `00`, `+0`, `1000:0`,
    * `x:root` (the engine reads numbers with strconv.Atoi, which takes signs and
    * leading zeros). The empty user is the image's default and is not root by this test.

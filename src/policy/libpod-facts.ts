@@ -164,6 +164,19 @@ function specGeneratorFacts (f: Facts, b: Json): void {
   for (const k of ['weightDevice', 'throttleReadBpsDevice', 'throttleWriteBpsDevice', 'throttleReadIOPSDevice', 'throttleWriteIOPSDevice']) {
     f.blkioDevices.push(...Object.keys(obj(b[k])), ...arr(blockIO[k]).map((d) => JSON.stringify(d)))
   }
+  const len = (v: unknown): number => arr(v).length
+  const keys = (v: unknown): number => Object.keys(obj(v)).length
+  f.counts = {
+    // A port mapping's range publishes that many ports (at least one).
+    ports: arr(b.portmappings).reduce((n: number, p) => n + Math.max(1, num(obj(p).range)), 0) + keys(b.expose),
+    mounts: len(b.mounts) + len(b.volumes) + len(b.overlay_volumes) + len(b.image_volumes),
+    env: keys(b.env) + len(b.unsetenv),
+    devices: len(b.devices) + len(b.device_cgroup_rule) + len(resources.devices) + len(b.host_device_list),
+    hosts: len(b.hostadd),
+    dns: len(b.dns_server) + len(b.dns_search) + len(b.dns_option),
+    ulimits: len(b.r_limits),
+    labels: keys(b.labels) + keys(b.annotations),
+  }
   // A tmpfs mount's size as the kernel reads its options (Podman adds options of its own, such as tmpcopyup: not judged here).
   for (const m of arr(b.mounts).map(obj)) if (str(m.type) === 'tmpfs') f.tmpfsSizes.push(tmpfsMount(strings(m.options)).size)
 }
@@ -222,6 +235,7 @@ export function libpodSource (fact: string, op: string): string {
     case 'nanoCpus': return 'resource_limits.cpu.quota/period, --cpus'
     case 'pidsLimit': return 'resource_limits.pids.limit, --pids-limit'
     case 'networkDriver': return 'driver, podman network create --driver'
+    case 'counts': return 'portmappings (ranges expanded), expose, mounts, volumes, env, devices, hostadd, dns_*, r_limits, labels, annotations'
     case 'logDriver': return 'log_configuration.driver, --log-driver'
     case 'logOptions': return 'log_configuration.options, --log-opt'
     case 'logMaxSize': return 'log_configuration.size, --log-opt max-size='
