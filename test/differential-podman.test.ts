@@ -357,6 +357,42 @@ function classes (): void {
     await remove(ok)
   })
 
+  t.test('class 9: libpod tmpfs options and ramfs, and image search within the registries allowed', async (t) => {
+    for (const [mount, rule] of [[{ destination: '/t', type: 'tmpfs', source: 'tmpfs', options: ['size=1m', 'suid'] }, 'tmpfs-options'], [{ destination: '/t', type: 'tmpfs', source: 'tmpfs', options: ['size=1m', 'dev'] }, 'tmpfs-options'], [{ destination: '/t', type: 'ramfs', source: 'ramfs' }, 'tmpfs-size']] as const) {
+      const name = fresh('tmpfs')
+      const r = await spec('a', { name, mounts: [mount] })
+      t.match(said(r), new RegExp(`^403 .*${rule}`), `libpod mount ${JSON.stringify(mount)}: refused by ${rule}`)
+      t.notOk(r.stored, 'Podman holds no such container')
+      if (r.stored) await remove(name)
+    }
+    const ok = fresh('tmpfs-ok')
+    const fine = await spec('a', { name: ok, mounts: [{ destination: '/t', type: 'tmpfs', source: 'tmpfs', options: ['size=1m', 'rprivate', 'nosuid', 'nodev', 'tmpcopyup'] }] })
+    t.equal(fine.status, 201, `a sized tmpfs with the options podman --read-only sends is created (${said(fine)})`)
+    await remove(ok)
+    const short = await ask('a', 'GET', `${libpod()}/images/search?term=busybox`)
+    t.match(said(short), /^403 .*libpod-short-names/, 'a search without a registry (Podman asks every registry it knows): refused')
+    const far = await ask('a', 'GET', `${libpod()}/images/search?term=${encodeURIComponent('registry.invalid.example/x')}`)
+    t.match(said(far), /^403 .*registry-not-allowed/, 'a search in a registry outside registries.allowed: refused')
+  })
+
+  t.test('class 10: a tenant\'s own secrets: list, inspect and delete work on Podman, another tenant\'s are missing', async (t) => {
+    const sec = `${P}-sec`
+    const made = await ask('a', 'POST', '/v1.41/secrets/create', { Name: sec, Data: Buffer.from('s3cret').toString('base64') })
+    t.equal(made.status, 200, `A creates a secret (Podman answers 200: ${said(made)})`)
+    const listA = await ask('a', 'GET', '/v1.41/secrets')
+    t.equal(listA.status, 200, `A's secret list answers (${said(listA)})`)
+    t.same((listA.json ?? []).map((s: any) => s.Spec?.Name), [sec], 'with exactly its own secret')
+    const listB = await ask('b', 'GET', '/v1.41/secrets')
+    t.same([listB.status, listB.json], [200, []], 'B\'s list is empty')
+    t.equal((await ask('b', 'GET', `/v1.41/secrets/${sec}`)).status, 404, 'B cannot inspect it')
+    t.equal((await ask('b', 'DELETE', `/v1.41/secrets/${sec}`)).status, 404, 'nor delete it')
+    const ins = await ask('a', 'GET', `/v1.41/secrets/${sec}`)
+    t.equal(ins.status, 200, `A inspects it by name (${said(ins)})`)
+    t.equal((await ask('a', 'GET', `/v1.41/secrets/${String(made.json?.ID)}`)).status, 200, 'and by id')
+    t.equal((await ask('a', 'DELETE', `/v1.41/secrets/${sec}`)).status, 204, 'A deletes it')
+    t.same((await podman('GET', '/v1.41/secrets')).body?.filter((s: any) => s.Spec?.Name === sec), [], 'Podman holds it no more')
+  })
+
   t.test('class 6: a libpod network create with explicit subnets is refused as the compat create is', async (t) => {
     const net = `${P}-subnet`
     const r = await ask('a', 'POST', `${libpod()}/networks/create`, { name: net, subnets: [{ subnet: '10.88.0.0/24' }] })

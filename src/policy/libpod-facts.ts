@@ -64,6 +64,9 @@ function namespaceMode (ns: unknown): string {
 /** `health_check_on_failure_action`: none 0, invalid 1, kill 2, restart 3, stop 4 (libpod/define/healthchecks.go). */
 const HEALTH_RESTART = 3
 
+/** Options of a tmpfs that Podman reads itself (copy the image's content up; propagation), not the kernel. */
+const PODMAN_TMPFS_OPTIONS = new Set(['tmpcopyup', 'notmpcopyup', 'private', 'rprivate', 'slave', 'rslave', 'shared', 'rshared', 'unbindable', 'runbindable'])
+
 /** OCI mount types that only create something new in the container. */
 const PRIVATE_MOUNT_TYPES = new Set(['tmpfs', 'ramfs', 'devpts', 'mqueue'])
 
@@ -177,8 +180,16 @@ function specGeneratorFacts (f: Facts, b: Json): void {
     ulimits: len(b.r_limits),
     labels: keys(b.labels) + keys(b.annotations),
   }
-  // A tmpfs mount's size as the kernel reads its options (Podman adds options of its own, such as tmpcopyup: not judged here).
-  for (const m of arr(b.mounts).map(obj)) if (str(m.type) === 'tmpfs') f.tmpfsSizes.push(tmpfsMount(strings(m.options)).size)
+  // A tmpfs mount's size and options as the kernel reads them (less the options Podman
+  // itself reads and adds: tmpcopyup, propagation); a ramfs has no size at all.
+  for (const m of arr(b.mounts).map(obj)) {
+    if (str(m.type) === 'tmpfs') {
+      const t = tmpfsMount(strings(m.options))
+      f.tmpfsSizes.push(t.size)
+      f.tmpfsOptions.push(...t.options.filter((o) => !PODMAN_TMPFS_OPTIONS.has(o)))
+    }
+    if (str(m.type) === 'ramfs') f.tmpfsSizes.push(0)
+  }
 }
 
 /** Fill `f` from a libpod operation's body; operations without security-relevant bodies leave it empty. */

@@ -264,6 +264,22 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     b.registryAuth(call, parsed.registry, 'pulling')
   }
 
+  /**
+   * Podman searches a term without a registry in every registry of its registries.conf
+   * (and `listTags` lists one repository's tags): the engine connects where the tenant
+   * says. A tenant names the registry, which the allow-list judges (no TLS off).
+   */
+  const imageSearch: Handler = async (call) => {
+    const terms = call.query.getAll('term')
+    if (terms.length !== 1) throw new GatewayError('BODY_INVALID', 'ImageSearchLibpod takes exactly one term')
+    const host = terms[0].split('/')[0]
+    if (terms[0].split('/').length < 2 || !(host.includes('.') || host.includes(':') || host === 'localhost')) {
+      throw refuse('libpod-short-names', `search ${JSON.stringify(terms[0])}: Podman searches every registry of its own configuration for a term without one; tenants name the registry (quay.io/busybox)`)
+    }
+    if (call.query.get('tlsVerify') === 'false') throw refuse('registry-tls', 'searches with TLS verification off are not available to tenants')
+    b.registryAuth(call, host, 'searching')
+  }
+
   const imageTag: Handler = async (call) => {
     await libpodImage(call, call.params.name)
     const repo = call.query.get('repo') ?? ''
@@ -401,7 +417,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ImageExportLibpod: adminOnly('it exports several images at once'),
     ImageLoadLibpod: adminOnly('a loaded archive can replace any tag of the shared catalog'),
     ImageImportLibpod: adminOnly('an import can fetch a URL and name any tag'),
-    ImageSearchLibpod: b.open,
+    ImageSearchLibpod: imageSearch,
     ImagePruneLibpod: b.labelFiltered(),
     ImageCommitLibpod: adminOnly('commits go through the Docker-compatible API, where the namespace and owner rules apply'),
     ImageBuildLibpod: adminOnly('builds go through the Docker-compatible API, where the build rules apply'),

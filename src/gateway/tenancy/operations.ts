@@ -913,6 +913,24 @@ const distributionInspect: Handler = async (call) => {
 
 // ---------------------------------------------------------------------------------
 
+/**
+ * Podman's Docker-compatible secret list takes no `label` filter (`500 invalid filter
+ * "label"`) and lists secrets without their labels (measured, 4.3): the gateway asks for
+ * the list as the tenant did and keeps the tenant's own, each looked up by its id.
+ */
+const dockerSecretList = labelFiltered(keepOwn((s) => s?.Spec?.Labels))
+const secretList: Handler = async (call) => {
+  if (await call.r.engine() !== 'podman') return await dockerSecretList(call)
+  call.respond = {
+    kind: 'json',
+    transform: async (body) => {
+      const own: unknown[] = []
+      for (const s of list(body)) if ((await call.r.secret(str(s?.ID), call.tenant)).state === 'own') own.push(s)
+      return own
+    },
+  }
+}
+
 const NOT_TENANT = 'engine-wide'
 
 export const handlers: Readonly<Record<string, Handler>> = {
@@ -1034,7 +1052,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   TaskList: taskList,
   TaskInspect: owned('task'),
   TaskLogs: owned('task'),
-  SecretList: labelFiltered(keepOwn((s) => s?.Spec?.Labels)),
+  SecretList: secretList,
   SecretCreate: swarmCreate('secret'),
   SecretInspect: owned('secret'),
   SecretDelete: owned('secret'),
