@@ -214,6 +214,8 @@ function classes (): void {
     // Podman reads a source starting with `.` as a path relative to its own working directory.
     const rel = await compat('a', fresh('rel'), { HostConfig: { Binds: ['../../../etc:/data'] } })
     t.match(said(rel), /^403 .*host-binds/, 'a relative host path (../../../etc): refused by host-binds')
+    const relMount = await compat('a', fresh('rel'), { HostConfig: { Mounts: [{ Type: 'bind', Source: `${src.slice(1)}`, Target: '/data' }] } })
+    t.match(said(relMount), /^403 .*host-binds/, 'a relative Mounts bind source (the allowed path without its leading /, which Podman reads from its own directory): refused by host-binds')
     // In the compat API, Mounts fields are joined into one --mount string that Podman reads as CSV.
     const csv = await compat('a', fresh('csv'), { HostConfig: { Mounts: [{ Type: 'bind', Source: src, Target: '/data,idmap' }] } })
     t.match(said(csv), /^403 .*mount-options/, 'a Mounts field with a comma: refused by mount-options')

@@ -92,9 +92,10 @@ function volumeFacts (f: Facts, driver: string, opts: Json): void {
 function mountFacts (f: Facts, mounts: unknown, swarm = false): void {
   for (const m of arr(mounts).map(obj)) {
     const type = swarm ? swarmMountType(m.Type) : str(m.Type)
-    if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
-    // Podman makes the directory of any absolute source, whatever the type (dockerd refuses a source there).
-    else if (str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
+    // A relative bind source is Podman's service directory's (dockerd refuses it): as
+    // written it lies under no allowed prefix. Podman also makes the directory of any
+    // absolute source, whatever the type (dockerd refuses a source there).
+    if ((type === 'bind' && str(m.Source) !== '') || str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
     // Other types (Podman's `image`, `devpts`...) mount what the tenant does not own; dockerd refuses them.
     if (!['bind', 'volume', 'tmpfs'].includes(type)) f.hostVolume = true
     if (type !== 'tmpfs') {
@@ -319,6 +320,14 @@ function resolveHostPaths (f: Facts, mode: HostPathMode): void {
   const given = [...new Set(f.hostPaths)]
   f.hostPaths = []
   for (const p of given) {
+    // A relative path is the engine's working directory's (Podman reads `./x` and a
+    // relative Mounts source so), which the gateway does not know: as written, it lies
+    // under no allowed prefix.
+    if (!p.startsWith('/')) {
+      f.hostPaths.push(p)
+      f.unresolvedHostPaths.push(p)
+      continue
+    }
     const real = mode === 'shared' ? resolveHostPath(p) : null
     f.hostPaths.push(real ?? cleanHostPath(p))
     if (real === null) f.unresolvedHostPaths.push(cleanHostPath(p))
