@@ -83,6 +83,8 @@ function source (fact: string, op: string): string {
     case 'pluginPrivileges': return 'the privileges granted'
     case 'tmpfsSizes':
     case 'tmpfsOptions': return op === 'VolumeCreate' ? 'DriverOpts o of a tmpfs volume, -o o=' : service ? `${spec('Mounts')} tmpfs, --mount type=tmpfs` : `${hc('Tmpfs')}/Mounts tmpfs, --tmpfs/--mount type=tmpfs`
+    case 'counts': return 'ExposedPorts and PortBindings (ranges expanded), Binds/Mounts/Tmpfs/Volumes, Env, Devices, ExtraHosts, Dns*, Ulimits, Labels, Annotations'
+    case 'mountOptions': return service ? `${spec('Mounts')} propagation` : `${hc('Binds')} modes and Mounts propagation, -v src:dst:opts/--mount bind-propagation=`
     case 'shmSize': return `${hc('ShmSize')}, --shm-size`
     case 'ulimits': return service ? `${spec('Ulimits')}, --ulimit` : `${hc('Ulimits')}, --ulimit`
     case 'oomKillDisable': return `${hc('OomKillDisable')}, --oom-kill-disable`
@@ -295,7 +297,12 @@ function call (n: Node, c: Context, op: string): Clause[] | null {
       const keys = args[1] === undefined || arg === '*' ? Object.keys(modes) : csv(arg)
       const shared = keys.filter((k) => fns.sharedNamespace(modes, k))
       if (!shared.length) return null
-      return shared.map((k) => ({ matched: shown(`${fact}.${k}`, op, text(modes[k])), allowed: `${fact}.${k} private (not host, not container:<id>)` }))
+      return shared.map((k) => ({ matched: shown(`${fact}.${k}`, op, text(modes[k])), allowed: `${fact}.${k} private (not host, container:<id>, ns:<path> or another engine-specific mode)` }))
+    }
+    case 'countsOver': {
+      const counts = v !== null && typeof v === 'object' ? v as Record<string, unknown> : {}
+      const over = csv(arg).filter((e) => fns.countsOver(counts, e)).map((e) => `${e.split('=')[0]}=${text(counts[e.split('=')[0]])}`)
+      return [{ matched: shown(fact, op, list(over)), allowed: `${fact} at most ${csv(arg).join(', ')}` }]
     }
     default:
       return null

@@ -33,10 +33,32 @@ function strings (v: unknown): string[] {
   return arr(v).filter((x): x is string => typeof x === 'string')
 }
 
-/** `src:dst[:opts]`: the source is a host path when absolute, a volume name otherwise (resolved with the others in buildInput). */
+/**
+ * `src:dst[:opts]`: the source is a host path when absolute, a volume name otherwise
+ * (resolved with the others in buildInput). Podman also reads a source starting with `.`
+ * as a host path, relative to its service's working directory (specgen.GenVolumeMounts):
+ * given as written, it lies under no allowed prefix.
+ */
 function bindSource (bind: string): string | null {
   const src = bind.split(':')[0]
-  return src.startsWith('/') ? src : null
+  return src.startsWith('/') || src.startsWith('.') ? src : null
+}
+
+/** The options of a bind's mode (`ro,Z`, Podman's `O,upperdir=/x,workdir=/y`), by name. */
+function bindOptions (bind: string): string[] {
+  const parts = bind.split(':')
+  return parts.length < 3 ? [] : parts.slice(2).join(':').split(',').map((o) => o.split('=')[0])
+}
+
+/**
+ * A Mounts string field as Podman's Docker-compatible API passes it on: joined with the
+ * others into one `type=...,source=...,target=...` string that it then reads as CSV
+ * (pkg/api/handlers/compat/containers_create.go, specgenutil.Mounts). A value with a
+ * comma, quote or line break would be read as more options: given whole as an option.
+ */
+function mountFieldOptions (m: Json): string[] {
+  const fields = [m.Type, m.Source, m.Target, m.Consistency, obj(m.BindOptions).Propagation].map(str)
+  return fields.filter((v) => /[,"\r\n]/.test(v))
 }
 
 /**
@@ -70,7 +92,17 @@ function volumeFacts (f: Facts, driver: string, opts: Json): void {
 function mountFacts (f: Facts, mounts: unknown, swarm = false): void {
   for (const m of arr(mounts).map(obj)) {
     const type = swarm ? swarmMountType(m.Type) : str(m.Type)
-    if (type === 'bind' && str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
+    // A relative bind source is Podman's service directory's (dockerd refuses it): as
+    // written it lies under no allowed prefix. Podman also makes the directory of any
+    // absolute source, whatever the type (dockerd refuses a source there).
+    if ((type === 'bind' && str(m.Source) !== '') || str(m.Source).startsWith('/')) f.hostPaths.push(str(m.Source))
+    // Other types (Podman's `image`, `devpts`...) mount what the tenant does not own; dockerd refuses them.
+    if (!['bind', 'volume', 'tmpfs'].includes(type)) f.hostVolume = true
+    if (type !== 'tmpfs') {
+      const propagation = str(obj(m.BindOptions).Propagation)
+      if (propagation !== '') f.mountOptions.push(propagation)
+      f.mountOptions.push(...mountFieldOptions(m))
+    }
     if (type === 'volume') {
       const driver = obj(obj(m.VolumeOptions).DriverConfig)
       volumeFacts(f, str(driver.Name), obj(driver.Options))
@@ -132,6 +164,8 @@ function emptyFacts (): Facts {
     pluginPrivileges: [],
     tmpfsSizes: [],
     tmpfsOptions: [],
+    mountOptions: [],
+    counts: { ports: 0, mounts: 0, env: 0, devices: 0, hosts: 0, dns: 0, ulimits: 0, labels: 0 },
     shmSize: 0,
     ulimits: [],
     oomKillDisable: false,
@@ -160,10 +194,42 @@ export function zeroFacts (): Facts {
   return emptyFacts()
 }
 
+/** `8000-9000` -> 1001; a single port, or what does not parse, counts 1. */
+export function portRangeSize (spec: string): number {
+  const m = /^(\d+)-(\d+)$/.exec(spec.trim())
+  if (!m) return 1
+  const n = Number(m[2]) - Number(m[1]) + 1
+  return n > 1 ? n : 1
+}
+
+/** The sizes of a Docker-compatible create's lists (ListCounts), ranges expanded. */
+function createCounts (f: Facts, b: Json): void {
+  const hc = obj(b.HostConfig)
+  const len = (v: unknown): number => arr(v).length
+  const keys = (v: unknown): number => Object.keys(obj(v)).length
+  let ports = 0
+  for (const k of Object.keys(obj(b.ExposedPorts))) ports += portRangeSize(k.split('/')[0])
+  for (const [k, bindings] of Object.entries(obj(hc.PortBindings))) {
+    const inner = portRangeSize(k.split('/')[0])
+    for (const pb of arr(bindings).length ? arr(bindings) : [{}]) ports += Math.max(inner, portRangeSize(str(obj(pb).HostPort)))
+  }
+  f.counts = {
+    ports,
+    mounts: len(hc.Binds) + len(hc.Mounts) + keys(hc.Tmpfs) + keys(b.Volumes),
+    env: len(b.Env),
+    devices: len(hc.Devices) + len(hc.DeviceCgroupRules) + len(hc.DeviceRequests),
+    hosts: len(hc.ExtraHosts),
+    dns: len(hc.Dns) + len(hc.DnsSearch) + len(hc.DnsOptions),
+    ulimits: len(hc.Ulimits),
+    labels: keys(b.Labels) + keys(hc.Annotations),
+  }
+}
+
 /** HostConfig, or the Resources part of it that ContainerUpdate carries at the top level. */
 function hostConfigFacts (f: Facts, hc: Json): void {
   f.privileged = hc.Privileged === true
   f.hostPaths.push(...strings(hc.Binds).map(bindSource).filter((p): p is string => p !== null))
+  f.mountOptions.push(...strings(hc.Binds).flatMap(bindOptions))
   mountFacts(f, hc.Mounts)
   f.capAdd = strings(hc.CapAdd).map(capability)
   f.capDrop = strings(hc.CapDrop).map(capability)
@@ -283,6 +349,14 @@ function resolveHostPaths (f: Facts, mode: HostPathMode): void {
   const given = [...new Set(f.hostPaths)]
   f.hostPaths = []
   for (const p of given) {
+    // A relative path is the engine's working directory's (Podman reads `./x` and a
+    // relative Mounts source so), which the gateway does not know: as written, it lies
+    // under no allowed prefix.
+    if (!p.startsWith('/')) {
+      f.hostPaths.push(p)
+      f.unresolvedHostPaths.push(p)
+      continue
+    }
     const real = mode === 'shared' ? resolveHostPath(p) : null
     f.hostPaths.push(real ?? cleanHostPath(p))
     if (real === null) f.unresolvedHostPaths.push(cleanHostPath(p))
@@ -304,6 +378,7 @@ export function buildInput (op: string, kind: string, resource: string, query: U
   switch (op) {
     case 'ContainerCreate':
       hostConfigFacts(f, obj(b.HostConfig))
+      createCounts(f, b)
       f.user = str(b.User)
       break
     case 'ContainerUpdate':

@@ -86,6 +86,17 @@ export interface Facts {
   tmpfsSizes: number[]
   /** Their mount options as given, by name (`size`, `mode`, `exec`, `suid`, `nr_inodes`...). */
   tmpfsOptions: string[]
+  /**
+   * Options of bind and volume mounts as the engine reads them, by name (`ro`, `rprivate`,
+   * `nocopy`; on Podman also `O`, `upperdir`, `workdir`, `U`, `idmap`...): HostConfig.Binds'
+   * modes, Mounts' propagation, a SpecGenerator's mounts (other than tmpfs) and named
+   * volumes. A Mounts field that Podman's Docker-compatible API would split into more
+   * options (it joins them into one `--mount` string, docs/podman.md) is given whole.
+   * Judged by rule `mount-options` (an allow-list).
+   */
+  mountOptions: string[]
+  /** The sizes of a create's lists (ListCounts), judged by rule `request-size`; all 0 for other operations. */
+  counts: ListCounts
   /** HostConfig.ShmSize in bytes (0: the engine's default). */
   shmSize: number
   /** Ulimits with lower-case names (the engine upper-cases them into RLIMIT_*); -1: unlimited. */
@@ -117,6 +128,28 @@ export interface Facts {
 }
 
 export interface Ulimit { name: string, soft: number, hard: number }
+
+/**
+ * How much engine work one create asks for, per list (rule `request-size`): one request
+ * publishing a large port range stalled Podman for every tenant for over a minute.
+ */
+export interface ListCounts {
+  /** Published and exposed ports, ranges expanded (ExposedPorts, PortBindings with host ranges; portmappings' range, expose). */
+  ports: number
+  /** Mounts of every kind (Binds, Mounts, Tmpfs, Volumes; mounts, volumes, overlay and image volumes). */
+  mounts: number
+  /** Environment entries (Env; env, unsetenv). */
+  env: number
+  /** Devices, device cgroup rules and requests. */
+  devices: number
+  /** Extra /etc/hosts entries (ExtraHosts; hostadd). */
+  hosts: number
+  /** DNS servers, searches and options. */
+  dns: number
+  ulimits: number
+  /** Labels and annotations. */
+  labels: number
+}
 
 export interface PolicyInput extends Facts {
   readonly op: string

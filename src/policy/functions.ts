@@ -40,6 +40,29 @@ function ulimitsOutside (ulimits: unknown, spec: unknown): boolean {
   })
 }
 
+/**
+ * The namespace modes that give a container a namespace of its own, per namespace, in
+ * the forms dockerd and Podman both read that way ('' is the engine's default, which the
+ * rewrites and the operator's engine configuration make private).
+ */
+const PRIVATE_NAMESPACES: Readonly<Record<string, ReadonlySet<string>>> = {
+  network: new Set(['', 'default', 'bridge', 'none', 'private']),
+  pid: new Set(['', 'private']),
+  ipc: new Set(['', 'private', 'shareable', 'none']),
+  uts: new Set(['', 'private']),
+  userns: new Set(['']),
+  cgroupns: new Set(['', 'private']),
+}
+/** Words that are modes rather than network names to dockerd or Podman (specgen.ParseNetworkFlag). */
+const NETWORK_MODE_WORDS = new Set(['host', 'container', 'ns', 'slirp4netns', 'pasta', 'pod', 'path', 'nomap', 'auto', 'keep-id'])
+/** A network's name or id as both engines accept one: no `:` (a mode's separator), no `,` (Podman's list of networks). */
+const NETWORK_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/
+
+function privateNamespace (which: string, mode: string): boolean {
+  if (PRIVATE_NAMESPACES[which]?.has(mode) === true) return true
+  return which === 'network' && NETWORK_NAME.test(mode) && !NETWORK_MODE_WORDS.has(mode)
+}
+
 export const conditionFunctions = {
   /** The matcher's subject test: `*`, or one of the request's principals. */
   member: (principals: unknown, sub: unknown): boolean => sub === '*' || values(principals).includes(String(sub)),
@@ -68,18 +91,34 @@ export const conditionFunctions = {
   anyNotBetween: (v: unknown, min: unknown, max: unknown): boolean => values(v).map(Number).some((x) => !(x >= Number(min) && x <= Number(max))),
   ulimitsOutside,
   /**
+   * Some count is above its cap, given as `name=cap` pairs: `ports=1024,mounts=128`. A
+   * count the list does not name is not capped; a name that is no count is an error in
+   * the policy, and denies.
+   */
+  countsOver: (counts: unknown, spec: unknown): boolean => {
+    const c = counts !== null && typeof counts === 'object' ? counts as Record<string, unknown> : {}
+    return list(spec).some((e) => {
+      const [name, cap] = e.split('=')
+      if (!(name in c) || cap === undefined || !/^\d+$/.test(cap)) return true
+      return Number(c[name]) > Number(cap)
+    })
+  },
+  /**
    * A user spec whose user or group is root: `root`, `0`, `00`, `+0`, `1000:0`,
    * `x:root` (the engine reads numbers with strconv.Atoi, which takes signs and
    * leading zeros). The empty user is the image's default and is not root by this test.
    */
   isRoot: (user: unknown): boolean => String(user ?? '').split(':').slice(0, 2).some((part) => part === 'root' || (/^[+-]?\d+$/.test(part) && Number(part) === 0)),
-  /** Some namespace mode is `host` or joins another container (`container:<id>`). */
+  /**
+   * Some namespace mode is not a private one for its namespace: an allow-list per
+   * namespace, since engines read more forms than `host` and `container:<id>` (Podman
+   * takes `ns:<path>` for every namespace, a path under /proc being any process's, the
+   * host's included; `slirp4netns:...`, `pasta`, `auto`, `keep-id`... docs/podman.md).
+   * A network mode may also name a network (the tenancy stage resolves it).
+   */
   sharedNamespace: (ns: unknown, which: unknown): boolean => {
     const modes = ns !== null && typeof ns === 'object' ? ns as Record<string, unknown> : {}
     const keys = which === undefined || which === '*' ? Object.keys(modes) : list(which)
-    return keys.some((k) => {
-      const m = String(modes[k] ?? '')
-      return m === 'host' || m.startsWith('container:')
-    })
+    return keys.some((k) => !privateNamespace(k, String(modes[k] ?? '')))
   },
 } as const

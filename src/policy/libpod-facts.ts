@@ -33,20 +33,39 @@ function hostPath (p: string): string | null {
 
 /**
  * A namespace `{nsmode, value}` as the Docker mode string the facts use: `host`,
- * `container:<ref>`, or the mode itself (`private`, `bridge`, `none`, `slirp4netns`...).
+ * `container:<ref>`, `ns:<path>` (a namespace file, any process's), the private modes
+ * as themselves (`private`, `bridge`, `none`, `shareable`; `default` is ''), and any
+ * other mode as `<mode>:<value>`, never read as a network's name (`slirp4netns:...`,
+ * `pasta:`, `auto:`, `keep-id:`...): the policy's allow-list (sharedNamespace) refuses
+ * what it does not know.
  */
 function namespaceMode (ns: unknown): string {
   const { nsmode, value } = obj(ns)
-  switch (str(nsmode)) {
+  const mode = str(nsmode)
+  const v = str(value)
+  switch (mode) {
     case 'host': return 'host'
-    // A namespace file named by path can be any process's, the host's included.
-    case 'path': return 'host'
-    case 'container': return `container:${str(value)}`
+    case 'path': return `ns:${v}`
+    case 'container': return `container:${v}`
     // The pod's infra container's namespaces.
     case 'pod': return 'container:pod'
-    default: return str(nsmode)
+    case '':
+    case 'default':
+      return v === '' ? '' : `${mode}:${v}`
+    case 'private':
+    case 'bridge':
+    case 'none':
+    case 'shareable':
+      if (v === '') return mode
   }
+  return `${mode}:${v}`
 }
+
+/** `health_check_on_failure_action`: none 0, invalid 1, kill 2, restart 3, stop 4 (libpod/define/healthchecks.go). */
+const HEALTH_RESTART = 3
+
+/** Options of a tmpfs that Podman reads itself (copy the image's content up; propagation), not the kernel. */
+const PODMAN_TMPFS_OPTIONS = new Set(['tmpcopyup', 'notmpcopyup', 'private', 'rprivate', 'slave', 'rslave', 'shared', 'rshared', 'unbindable', 'runbindable'])
 
 /** OCI mount types that only create something new in the container. */
 const PRIVATE_MOUNT_TYPES = new Set(['tmpfs', 'ramfs', 'devpts', 'mqueue'])
@@ -57,6 +76,7 @@ function specGeneratorFacts (f: Facts, b: Json): void {
     const type = str(m.type)
     const options = strings(m.options)
     // runc binds whatever a bind option is given to, whatever the type says.
+    if (!PRIVATE_MOUNT_TYPES.has(type)) f.mountOptions.push(...options.map((o) => o.split('=')[0]))
     if (type === 'bind' || options.includes('bind') || options.includes('rbind')) {
       const p = hostPath(str(m.source))
       if (p) f.hostPaths.push(p)
@@ -65,6 +85,8 @@ function specGeneratorFacts (f: Facts, b: Json): void {
       f.hostVolume = true
     }
   }
+  // Named volumes' options (`O` overlays them, with upperdir/workdir on the host; `U` chowns; `idmap`...).
+  for (const v of arr(b.volumes).map(obj)) f.mountOptions.push(...strings(v.Options).map((o) => o.split('=')[0]))
   for (const o of arr(b.overlay_volumes).map(obj)) {
     const p = hostPath(str(o.source))
     if (p) f.hostPaths.push(p)
@@ -73,6 +95,14 @@ function specGeneratorFacts (f: Facts, b: Json): void {
     const p = hostPath(str(b[field]))
     if (p) f.hostPaths.push(p)
   }
+  // Logging in the Docker facts' terms: Podman's drivers are k8s-file (json-file is its
+  // alias), journald, none and passthrough (the service's own stdio); conmon keeps one
+  // k8s-file, truncated at `size` bytes (0 or less: unbounded).
+  const log = obj(b.log_configuration)
+  f.logDriver = str(log.driver)
+  f.logOptions = Object.keys(obj(log.options))
+  f.logMaxSize = num(log.size) > 0 ? num(log.size) : 0
+  f.logMaxFile = 1
   const logPath = hostPath(str(obj(b.log_configuration).path))
   if (logPath) f.hostPaths.push(logPath)
   for (const d of strings(b.chroot_directories)) {
@@ -109,7 +139,9 @@ function specGeneratorFacts (f: Facts, b: Json): void {
   f.sysctls = Object.keys(obj(b.sysctl))
   f.runtime = str(b.oci_runtime)
   f.annotations = Object.keys(obj(b.annotations))
-  f.restartPolicy = str(b.restart_policy)
+  // A failing health check with the `restart` action (define.HealthCheckOnFailureActionRestart)
+  // makes Podman restart the container, mounting its binds again: a restart policy.
+  f.restartPolicy = str(b.restart_policy) || (num(b.health_check_on_failure_action) === HEALTH_RESTART ? 'health-restart' : '')
   f.cgroupParent = str(b.cgroup_parent)
   f.volumesFrom = strings(b.volumes_from)
   f.user = str(b.user)
@@ -135,8 +167,29 @@ function specGeneratorFacts (f: Facts, b: Json): void {
   for (const k of ['weightDevice', 'throttleReadBpsDevice', 'throttleWriteBpsDevice', 'throttleReadIOPSDevice', 'throttleWriteIOPSDevice']) {
     f.blkioDevices.push(...Object.keys(obj(b[k])), ...arr(blockIO[k]).map((d) => JSON.stringify(d)))
   }
-  // A tmpfs mount's size as the kernel reads its options (Podman adds options of its own, such as tmpcopyup: not judged here).
-  for (const m of arr(b.mounts).map(obj)) if (str(m.type) === 'tmpfs') f.tmpfsSizes.push(tmpfsMount(strings(m.options)).size)
+  const len = (v: unknown): number => arr(v).length
+  const keys = (v: unknown): number => Object.keys(obj(v)).length
+  f.counts = {
+    // A port mapping's range publishes that many ports (at least one).
+    ports: arr(b.portmappings).reduce((n: number, p) => n + Math.max(1, num(obj(p).range)), 0) + keys(b.expose),
+    mounts: len(b.mounts) + len(b.volumes) + len(b.overlay_volumes) + len(b.image_volumes),
+    env: keys(b.env) + len(b.unsetenv),
+    devices: len(b.devices) + len(b.device_cgroup_rule) + len(resources.devices) + len(b.host_device_list),
+    hosts: len(b.hostadd),
+    dns: len(b.dns_server) + len(b.dns_search) + len(b.dns_option),
+    ulimits: len(b.r_limits),
+    labels: keys(b.labels) + keys(b.annotations),
+  }
+  // A tmpfs mount's size and options as the kernel reads them (less the options Podman
+  // itself reads and adds: tmpcopyup, propagation); a ramfs has no size at all.
+  for (const m of arr(b.mounts).map(obj)) {
+    if (str(m.type) === 'tmpfs') {
+      const t = tmpfsMount(strings(m.options))
+      f.tmpfsSizes.push(t.size)
+      f.tmpfsOptions.push(...t.options.filter((o) => !PODMAN_TMPFS_OPTIONS.has(o)))
+    }
+    if (str(m.type) === 'ramfs') f.tmpfsSizes.push(0)
+  }
 }
 
 /** Fill `f` from a libpod operation's body; operations without security-relevant bodies leave it empty. */
@@ -150,6 +203,8 @@ export function libpodFacts (op: string, f: Facts, b: Json): void {
       f.user = str(b.User)
       break
     case 'VolumeCreateLibpod': {
+      // Podman's `image` driver mounts an image, any on the engine: judged as every driver is.
+      if (str(b.Driver) !== '') f.volumeDrivers.push(str(b.Driver))
       const v = localVolume(str(b.Driver), obj(b.Options))
       if (v.bindPath) f.hostPaths.push(v.bindPath)
       f.hostVolume = v.hostAccess
@@ -183,7 +238,7 @@ export function libpodSource (fact: string, op: string): string {
     case 'sysctls': return 'sysctl, --sysctl'
     case 'runtime': return 'oci_runtime, --runtime'
     case 'annotations': return 'annotations, --annotation'
-    case 'restartPolicy': return 'restart_policy, --restart'
+    case 'restartPolicy': return 'restart_policy, --restart; health_check_on_failure_action restart, --health-on-failure=restart'
     case 'cgroupParent': return 'cgroup_parent, --cgroup-parent'
     case 'volumesFrom': return 'volumes_from, --volumes-from'
     case 'user': return exec ? 'User, podman exec --user' : 'user, --user'
@@ -191,10 +246,17 @@ export function libpodSource (fact: string, op: string): string {
     case 'nanoCpus': return 'resource_limits.cpu.quota/period, --cpus'
     case 'pidsLimit': return 'resource_limits.pids.limit, --pids-limit'
     case 'networkDriver': return 'driver, podman network create --driver'
+    case 'counts': return 'portmappings (ranges expanded), expose, mounts, volumes, env, devices, hostadd, dns_*, r_limits, labels, annotations'
+    case 'logDriver': return 'log_configuration.driver, --log-driver'
+    case 'logOptions': return 'log_configuration.options, --log-opt'
+    case 'logMaxSize': return 'log_configuration.size, --log-opt max-size='
+    case 'logMaxFile': return 'one k8s-file, truncated at its size'
     case 'shmSize': return 'shm_size, --shm-size'
     case 'oomScoreAdj': return 'oom_score_adj, --oom-score-adj'
     case 'ulimits': return 'r_limits, --ulimit'
     case 'tmpfsSizes': return 'mounts of type tmpfs, --tmpfs/--mount type=tmpfs'
+    case 'mountOptions': return 'options of mounts (other than tmpfs) and volumes; -v src:dst:opts/--mount'
+    case 'volumeDrivers': return 'Driver, podman volume create --driver'
     case 'memorySwap': return 'resource_limits.memory.swap, --memory-swap'
     case 'oomKillDisable': return 'resource_limits.memory.disableOOMKiller, --oom-kill-disable'
     case 'cpuShares': return 'resource_limits.cpu.shares, --cpu-shares'

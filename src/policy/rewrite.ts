@@ -19,7 +19,7 @@ import { parse as parseYaml } from 'yaml'
 import { operations } from '../api/catalog/operations'
 import { isJsonNumber } from '../api/body/number'
 
-export interface PatchOp { readonly op: 'add' | 'replace', readonly path: string, readonly value: unknown }
+export interface PatchOp { readonly op: 'add' | 'replace' | 'remove', readonly path: string, readonly value: unknown }
 export interface AppliedRewrite { readonly id: string, readonly patch: readonly PatchOp[] }
 
 type Action = 'set' | 'default' | 'append'

@@ -120,3 +120,44 @@ export const bodySchemas: ReadonlyMap<string, BodyNode> = new Map([
   ...Object.entries(GATEWAY_BODIES).map(([id, tree]) => [id, compileTree(tree, id)] as const),
   ...libpodBodies(),
 ])
+
+/**
+ * `value` (a decoded body, fields canonically spelled) with only the fields its schema
+ * knows, at every struct level; maps and `any` values are kept whole. A Go decoder of
+ * exactly that struct ignores the others: where the schema lists every field of the
+ * engine's struct, what is dropped is what the engine would not have read. `keep`
+ * names top-level fields kept although the schema does not list them. Returns the new
+ * value and the JSON pointers of what was dropped (none: the same value).
+ */
+export function knownFields (value: unknown, node: BodyNode, keep: ReadonlySet<string> = new Set()): { value: unknown, dropped: string[] } {
+  const dropped: string[] = []
+  const walk = (v: unknown, n: BodyNode, at: string, top: boolean): unknown => {
+    if (n.t === 'any' || v === null || typeof v !== 'object') return v
+    if (n.t === 'array') {
+      if (!Array.isArray(v)) return v
+      let changed = false
+      const out = v.map((x, i) => { const y = walk(x, n.i, `${at}/${i}`, false); if (y !== x) changed = true; return y })
+      return changed ? out : v
+    }
+    if (Array.isArray(v)) return v
+    const rec = v as Record<string, unknown>
+    let changed = false
+    const out: Record<string, unknown> = Object.create(null)
+    for (const k of Object.keys(rec)) {
+      const pointer = `${at}/${k.replace(/~/g, '~0').replace(/\//g, '~1')}`
+      const sub = n.t === 'map' ? n.v : n.exact.get(k)?.node
+      if (sub === undefined) {
+        if (top && keep.has(k)) { out[k] = rec[k]; continue }
+        dropped.push(pointer)
+        changed = true
+        continue
+      }
+      const y = walk(rec[k], sub, pointer, false)
+      if (y !== rec[k]) changed = true
+      out[k] = y
+    }
+    return changed ? out : v
+  }
+  const out = walk(value, node, '', true)
+  return { value: out, dropped }
+}

@@ -7,6 +7,7 @@ import type { Operation } from '../../api/catalog/operations'
 import type { TenancySettings } from '../../policy/tenancy'
 import { isJsonNumber, numberOf } from '../../api/body/number'
 import { setAt, type PatchOp } from '../../policy/rewrite'
+import { knownFields, type BodyNode } from '../../api/body/schema'
 import type { Credentials } from '../../config'
 import type { ObjectKind, Resolution, Resolver } from './lookup'
 import type { QuotaStore } from './quota-store'
@@ -81,6 +82,15 @@ export class Call {
   setQuery (name: string, value: string): void {
     this.query.set(name, value)
     this.queryChanged = true
+  }
+
+  /** Only the fields the body's schema knows go on (schema.ts knownFields); each one dropped is recorded as a JSON Patch `remove`. */
+  knownFieldsOnly (node: BodyNode, keep?: ReadonlySet<string>): void {
+    const r = knownFields(this.body, node, keep)
+    if (r.dropped.length === 0) return
+    this.body = r.value
+    this.bodyChanged = true
+    for (const path of r.dropped) this.patch.push({ op: 'remove', path, value: undefined })
   }
 
   /** Set a value in the decoded body (copy-on-write, as a rewrite's `set`), recorded as a JSON Patch operation. */

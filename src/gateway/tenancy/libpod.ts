@@ -10,6 +10,7 @@
  * import, so that the two modules do not load each other).
  */
 import { GatewayError } from '../../api/errors'
+import { bodySchemas, type BodyNode } from '../../api/body/schema'
 import { TenancyRefusal } from './refusal'
 import { list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { checkQuota, checkVolumeQuota } from './quota'
@@ -86,6 +87,24 @@ const TENANT_NETWORK_FIELDS = new Set(['name', 'created', 'driver', 'labels', 'i
 /** A bridge's options a tenant may set (not `mode`, `parent` or anything naming the host's interfaces). */
 const TENANT_NETWORK_OPTIONS = new Set(['mtu', 'isolate', 'metric'])
 
+/**
+ * The part of a body's schema a tenant may use: the bodies a tenant's libpod create and
+ * network create send on are re-encoded from these fields alone (call.knownFieldsOnly).
+ * Another top-level field reaches this point only with its zero value (onlyFields
+ * refuses the rest), which Podman reads as "not set"; inside, the schema lists every
+ * field of Podman's structs (libpod-schema.ts), so what is dropped there Podman ignores.
+ */
+function tenantNode (op: string, allowed: ReadonlySet<string>): BodyNode {
+  const node = bodySchemas.get(op)
+  if (node?.t !== 'struct') throw new Error(`body schema: ${op} is not a struct`)
+  const missingFields = [...allowed].filter((k) => !node.exact.has(k))
+  if (missingFields.length) throw new Error(`body schema: ${op} lacks the tenant fields ${missingFields.join(', ')}`)
+  const keep = <T>(m: ReadonlyMap<string, T>, key: (k: string, v: T) => string): Map<string, T> => new Map([...m].filter(([k, v]) => allowed.has(key(k, v))))
+  return Object.freeze({ t: 'struct', fields: keep(node.fields, (_k, f: any) => f.name), exact: keep(node.exact, (k) => k) })
+}
+const TENANT_SPEC_NODE = tenantNode('ContainerCreateLibpod', TENANT_SPEC_FIELDS)
+const TENANT_NETWORK_NODE = tenantNode('NetworkCreateLibpod', TENANT_NETWORK_FIELDS)
+
 /** Go's zero values, all the way down: what Podman's clients send for "not set". */
 function isZero (v: unknown): boolean {
   if (v === undefined || v === null || v === '' || v === false) return true
@@ -161,6 +180,11 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     onlyFields(call, 'log_configuration fields', spec.log_configuration, TENANT_LOG_FIELDS, 'libpod-spec-fields')
     onlyFields(call, 'resource_limits fields', spec.resource_limits, TENANT_RESOURCE_FIELDS, 'libpod-spec-fields')
     defaultsOnly(call, spec)
+    call.knownFieldsOnly(TENANT_SPEC_NODE)
+    // Podman's default cgroup namespace is containers.conf's, the host's on cgroup v1
+    // (measured, 4.3): a tenant's container gets its own, as Docker-compatible creates do
+    // on dockerd (rewrites.yaml). Other modes are judged by the policy (no-host-namespaces).
+    if (['', 'default'].includes(str(spec.cgroupns?.nsmode)) && str(spec.cgroupns?.value) === '') call.setBody(['cgroupns'], { nsmode: 'private' })
     // Who it runs as, as for a Docker-compatible create (users.ts): SpecGenerator `user`, `groups`.
     await scopeUser(call, ['user'], ['groups'], 'user')
     await b.nameFree(call, 'container', str(spec.name))
@@ -240,6 +264,22 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     b.registryAuth(call, parsed.registry, 'pulling')
   }
 
+  /**
+   * Podman searches a term without a registry in every registry of its registries.conf
+   * (and `listTags` lists one repository's tags): the engine connects where the tenant
+   * says. A tenant names the registry, which the allow-list judges (no TLS off).
+   */
+  const imageSearch: Handler = async (call) => {
+    const terms = call.query.getAll('term')
+    if (terms.length !== 1) throw new GatewayError('BODY_INVALID', 'ImageSearchLibpod takes exactly one term')
+    const host = terms[0].split('/')[0]
+    if (terms[0].split('/').length < 2 || !(host.includes('.') || host.includes(':') || host === 'localhost')) {
+      throw refuse('libpod-short-names', `search ${JSON.stringify(terms[0])}: Podman searches every registry of its own configuration for a term without one; tenants name the registry (quay.io/busybox)`)
+    }
+    if (call.query.get('tlsVerify') === 'false') throw refuse('registry-tls', 'searches with TLS verification off are not available to tenants')
+    b.registryAuth(call, host, 'searching')
+  }
+
   const imageTag: Handler = async (call) => {
     await libpodImage(call, call.params.name)
     const repo = call.query.get('repo') ?? ''
@@ -287,6 +327,11 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
   const networkCreate: Handler = async (call) => {
     onlyFields(call, 'network fields', call.body, TENANT_NETWORK_FIELDS, 'libpod-network-fields')
     onlyFields(call, 'network options', call.body?.options, TENANT_NETWORK_OPTIONS, 'libpod-network-fields')
+    // Explicit subnets add routes on the host and can take another network's prefix (a
+    // tenant's bridge capturing another tenant's traffic): Podman picks them, as the
+    // Docker-compatible create leaves them to the engine (network-ipam).
+    if (list(call.body?.subnets).length > 0) throw refuse('network-ipam', `${call.op.id}: explicit subnets are not available to tenants: the engine picks the addresses`)
+    call.knownFieldsOnly(TENANT_NETWORK_NODE)
     const name = str(call.body?.name)
     if (isPredefinedNetwork(name, 'podman')) throw refuse('tenant-names', `${name} is a predefined network`)
     await b.nameFree(call, 'network', name)
@@ -372,7 +417,7 @@ export function libpodHandlers (b: Blocks): Record<string, Handler> {
     ImageExportLibpod: adminOnly('it exports several images at once'),
     ImageLoadLibpod: adminOnly('a loaded archive can replace any tag of the shared catalog'),
     ImageImportLibpod: adminOnly('an import can fetch a URL and name any tag'),
-    ImageSearchLibpod: b.open,
+    ImageSearchLibpod: imageSearch,
     ImagePruneLibpod: b.labelFiltered(),
     ImageCommitLibpod: adminOnly('commits go through the Docker-compatible API, where the namespace and owner rules apply'),
     ImageBuildLibpod: adminOnly('builds go through the Docker-compatible API, where the build rules apply'),

@@ -490,8 +490,11 @@ export class Resolver {
     }
     // Not a swarm manager: the engine's own 503, whatever the reference.
     const r = await this.swarmGet(`/${kind}s`, 'relay')
-    const all = (Array.isArray(r.body) ? r.body as any[] : []).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')], owner: ownerOf(o.Spec?.Labels) }))
-    return this.decide(this.pick(ref, all), tenant, this.noneMatches(ref, all))
+    const all = (Array.isArray(r.body) ? r.body as any[] : []).map((o) => ({ id: String(o.ID), names: [String(o.Spec?.Name ?? '')], owner: ownerOf(o.Spec?.Labels), listed: o.Spec?.Labels !== null && o.Spec?.Labels !== undefined }))
+    const pick = this.pick(ref, all)
+    // Podman lists secrets without their labels (`"Labels": null`, measured 4.3); its inspect has them.
+    if (pick && !pick.listed) return this.decide({ ...pick, owner: (await this.ownerById(kind, pick.id, `/${kind}s/${pick.id}`, (b) => b?.Spec?.Labels)) ?? null }, tenant, false)
+    return this.decide(pick, tenant, this.noneMatches(ref, all))
   }
 
   async service (ref: string, tenant: string): Promise<Resolution> { return this.swarmObject('service', ref, tenant) }

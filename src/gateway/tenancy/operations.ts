@@ -15,6 +15,7 @@ import { TenancyRefusal } from './refusal'
 import { scopeArchive } from './archive'
 import { inOrder, list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
 import { numberOf } from '../../api/body/number'
+import { bodySchemas, type BodyNode } from '../../api/body/schema'
 import { buildInput, swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild, judgeTriggers, type BaseImage } from './build'
@@ -278,6 +279,11 @@ const containerCreate: Handler = async (call) => {
     checkQuota(call, { containers: 1, memory: memoryOf(hc), nanoCpus: cpuOf(hc) }),
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
+  await podmanSystemdMode(call, hc)
+  // What Podman reads of a Docker-compatible create is its CreateContainerConfig: Docker's
+  // structs (which the schema lists) and three fields of its own, harmless; it ignores the
+  // rest, so the rest is not sent (docs/podman.md, "forward only what was judged").
+  if (await call.r.engine() === 'podman') call.knownFieldsOnly(COMPAT_CREATE, PODMAN_COMPAT_FIELDS)
   stamp(call, ['Labels'])
   // The created container counts from its answer on, whether or not the engine's create
   // event has reached the gateway yet (the reservation ends once the answer is out).
@@ -297,6 +303,51 @@ const containerCreate: Handler = async (call) => {
   for (const v of newVolumes) {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
     if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
+  }
+}
+
+const COMPAT_CREATE = bodySchemas.get('ContainerCreate') as BodyNode
+/** Podman's own fields in a Docker-compatible create (pkg/api/handlers/types.go CreateContainerConfig). */
+const PODMAN_COMPAT_FIELDS: ReadonlySet<string> = new Set(['EnvMerge', 'UnsetEnv', 'UnsetEnvAll'])
+
+/** Commands that put Podman in systemd mode (pkg/specgen/generate/container_create.go). */
+const SYSTEMD_COMMANDS = new Set(['/sbin/init', '/usr/sbin/init', '/usr/local/sbin/init'])
+
+/**
+ * Podman's Docker-compatible create asks for systemd mode `true` on every container
+ * (compat/containers_create.go), which turns it on when the command is an init or
+ * systemd; then Podman mounts the host's /sys/fs/cgroup/systemd read-write into the
+ * container on cgroup v1. The command is worked out as Podman does (specgenutil's
+ * entrypoint, which reads a one-element entrypoint that is a JSON array as that array;
+ * specgen/generate makeCommand, the image's when the body gives none) and refused.
+ */
+async function podmanSystemdMode (call: Call, hc: any): Promise<void> {
+  if (hc?.Init === true || await call.r.engine() !== 'podman') return
+  // A string is a one-element list to Docker's strslice.
+  const strs = (v: unknown): string[] => typeof v === 'string' ? [v] : list(v).map(str)
+  let entrypoint: string[] | null = strs(bodyAt(call, 'Entrypoint'))
+  if (entrypoint.length === 0) entrypoint = null
+  else if (entrypoint.length === 1) {
+    try {
+      const parsed: unknown = JSON.parse(entrypoint[0])
+      if (Array.isArray(parsed) && parsed.every((x) => typeof x === 'string')) entrypoint = parsed
+    } catch {}
+  }
+  let cmd = strs(bodyAt(call, 'Cmd'))
+  if (entrypoint === null || cmd.length === 0) {
+    const image = str(bodyAt(call, 'Image'))
+    const r = await call.r.get(`/images/${image.split('/').map(encodeURIComponent).join('/')}/json`)
+    const config = r.body?.Config ?? {}
+    if (entrypoint === null) {
+      entrypoint = strs(config.Entrypoint)
+      if (cmd.length === 0) cmd = strs(config.Cmd)
+    }
+  }
+  let command = [...(entrypoint.length === 1 && entrypoint[0] === '' ? [] : entrypoint), ...cmd]
+  if (command.length > 2 && command[0] === '/bin/sh' && command[1] === '-c') command = command.slice(2)
+  const first = command[0] ?? ''
+  if (SYSTEMD_COMMANDS.has(first) || first.split('/').pop() === 'systemd') {
+    throw refuse('podman-systemd', `the command ${JSON.stringify(first)} puts Podman in systemd mode, which mounts the host's cgroup hierarchy into the container: not available to tenants (run it with --init, or another command)`)
   }
 }
 
@@ -961,6 +1012,24 @@ const distributionInspect: Handler = async (call) => {
 
 // ---------------------------------------------------------------------------------
 
+/**
+ * Podman's Docker-compatible secret list takes no `label` filter (`500 invalid filter
+ * "label"`) and lists secrets without their labels (measured, 4.3): the gateway asks for
+ * the list as the tenant did and keeps the tenant's own, each looked up by its id.
+ */
+const dockerSecretList = labelFiltered(keepOwn((s) => s?.Spec?.Labels))
+const secretList: Handler = async (call) => {
+  if (await call.r.engine() !== 'podman') return await dockerSecretList(call)
+  call.respond = {
+    kind: 'json',
+    transform: async (body) => {
+      const own: unknown[] = []
+      for (const s of list(body)) if ((await call.r.secret(str(s?.ID), call.tenant)).state === 'own') own.push(s)
+      return own
+    },
+  }
+}
+
 const NOT_TENANT = 'engine-wide'
 
 export const handlers: Readonly<Record<string, Handler>> = {
@@ -1082,7 +1151,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   TaskList: taskList,
   TaskInspect: owned('task'),
   TaskLogs: owned('task'),
-  SecretList: labelFiltered(keepOwn((s) => s?.Spec?.Labels)),
+  SecretList: secretList,
   SecretCreate: swarmCreate('secret'),
   SecretInspect: owned('secret'),
   SecretDelete: owned('secret'),

@@ -2,6 +2,7 @@
  * Answers narrowed to one tenant: SystemInfo's counts and host details,
  * SystemDataUsage's objects, and the event stream.
  */
+import { GatewayError } from '../../api/errors'
 import { isJsonNumber } from '../../api/body/number'
 import { list, type Call } from './call'
 import { catalogued, isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
@@ -54,7 +55,38 @@ async function visibleImages (call: Call): Promise<any[]> {
   return list(r.body).filter((i) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i)))
 }
 
+/**
+ * Podman's `/system/df` gives every container, image and volume empty `Labels` (measured,
+ * 4.3): an unowned look that would show a tenant other tenants' images and none of its
+ * own containers or volumes. Their labels are taken from the engine's own lists.
+ */
+async function podmanDataUsage (call: Call, df: any): Promise<any> {
+  // The lists' image ids carry `sha256:`, df's do not.
+  const id = (v: unknown): string => String(v).replace(/^sha256:/, '')
+  const labelled = async (path: string, key: (o: any) => unknown, at: (b: any) => unknown): Promise<Map<string, unknown>> => {
+    const r = await call.r.get(path)
+    if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `listing ${path.split('?')[0]} for /system/df failed (${r.status})`)
+    return new Map(list(at(r.body)).map((o: any) => [id(key(o)), o?.Labels ?? null]))
+  }
+  const [containers, images, volumes] = await Promise.all([
+    labelled('/containers/json?all=1', (c) => c?.Id, (b) => b),
+    labelled('/images/json?all=1', (i) => i?.Id, (b) => b),
+    labelled('/volumes', (v) => v?.Name, (b) => b?.Volumes),
+  ])
+  // An object missing from the list (removed meanwhile) is nobody's: shown to no tenant.
+  const gone = { [TENANT_LABEL]: '' }
+  const relabel = (xs: unknown, labels: Map<string, unknown>, key: (o: any) => unknown): unknown =>
+    Array.isArray(xs) ? xs.map((o: any) => ({ ...o, Labels: labels.has(id(key(o))) ? labels.get(id(key(o))) : gone })) : xs
+  return {
+    ...df,
+    Containers: relabel(df?.Containers, containers, (c) => c?.Id),
+    Images: relabel(df?.Images, images, (i) => i?.Id),
+    Volumes: relabel(df?.Volumes, volumes, (v) => v?.Name),
+  }
+}
+
 export async function filterDataUsage (call: Call, df: any): Promise<unknown> {
+  if (await call.r.engine() === 'podman') df = await podmanDataUsage(call, df)
   // API 1.52 moved the lists into per-type summaries (ImageUsage.Items...): both shapes are narrowed.
   const containers = list(df?.Containers ?? df?.ContainerUsage?.Items).filter((c) => ownerOf(c?.Labels) === call.tenant)
   // An image's Containers counts every container using it, other tenants' too: only the tenant's own are counted.
