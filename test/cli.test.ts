@@ -551,9 +551,10 @@ t.test('policy check lists every denying rule with why; a layer that allows noth
   t.match(r.stdout, '\nwhy:\n' +
     '  denied by no-privileged (base.csv): matched privileged true (HostConfig.Privileged, --privileged); allowed: privileged false or unset\n' +
     '  denied by host-binds (base.csv): matched hostPaths /etc (HostConfig.Binds/Mounts, -v/--mount); allowed: hostPaths under /srv/portcullis/team-a\n' +
+    '  denied by host-binds-symfollow (base.csv): matched linkFollowingHostPaths /etc (HostConfig.Binds/Mounts, -v/--mount); allowed: linkFollowingHostPaths: none\n' +
     '  denied by capabilities (base.csv): matched capAdd SYS_ADMIN (HostConfig.CapAdd, --cap-add); allowed: capAdd only AUDIT_WRITE, ', 'every denying rule, with the field, the value and what is allowed')
   t.match(r.stdout, '\n  allowed by tenant-containers (base.csv)\n', 'and the rule that would allow it')
-  t.match(r.stdout, /\nfacts: {5}privileged=true, hostPaths=\[\/etc\], capAdd=\[SYS_ADMIN\]/, 'and the facts')
+  t.match(r.stdout, /\nfacts: {5}privileged=true, hostPaths=\[\/etc\], linkFollowingHostPaths=\[\/etc\], capAdd=\[SYS_ADMIN\]/, 'and the facts')
   t.notMatch(r.stdout, /pcc-secret-value/, 'never an environment value')
   t.equal(r.stderr, '', 'no warning for the shipped policy')
 

@@ -93,7 +93,7 @@ const checks: Check[] = [
   {
     role: 'tenant',
     args: () => ['run', '--rm', '-v', '/etc:/host-etc', IMAGE, 'true'],
-    refused: new RegExp(`${deniedBy('ContainerCreate', 'host-binds', 'trudy in tenant team-a').source}: matched hostPaths /etc \\(HostConfig\\.Binds/Mounts, -v/--mount\\); allowed: hostPaths under /srv/portcullis/team-a\\.?\n`),
+    refused: new RegExp(`${deniedBy('ContainerCreate', 'host-binds', 'trudy in tenant team-a').source}: matched hostPaths /etc \\(HostConfig\\.Binds/Mounts, -v/--mount\\); allowed: hostPaths under /srv/portcullis/team-a; also denied by host-binds-symfollow \\(base\\.csv\\)\\.?\n`),
   },
   {
     role: 'tenant',

@@ -84,6 +84,7 @@ t.test('denials explain themselves from the condition and the facts', async (t) 
   })
   t.same(create, {
     'host-binds': 'hostPaths / (HostConfig.Binds/Mounts, -v/--mount); hostPaths under /srv/portcullis/team-a',
+    'host-binds-symfollow': 'linkFollowingHostPaths /, /srv/portcullis/team-a/ok (HostConfig.Binds/Mounts, -v/--mount); linkFollowingHostPaths: none',
     capabilities: 'capAdd NET_ADMIN (HostConfig.CapAdd, --cap-add); capAdd only AUDIT_WRITE, CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, MKNOD, NET_BIND_SERVICE, NET_RAW, SETFCAP, SETGID, SETPCAP, SETUID, SYS_CHROOT',
     'no-device-requests': 'deviceRequests nvidia (HostConfig.DeviceRequests, --gpus); deviceRequests: none',
     'no-host-namespaces': 'namespaces.pid host (HostConfig.PidMode, --pid), namespaces.ipc container:abc (HostConfig.IpcMode, --ipc); namespaces.pid private (not host, container:<id>, ns:<path> or another engine-specific mode), namespaces.ipc private (not host, container:<id>, ns:<path> or another engine-specific mode)',

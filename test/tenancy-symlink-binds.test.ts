@@ -29,7 +29,8 @@ const TOKEN = jwt.sign({ sub: 'alice', tenant: TA, roles: ['tenant'], exp: Math.
 const AUTH = `auth: { jwt: { secret: ${SECRET} } }\n`
 
 // The tenant's allowed directory, and what it plants there.
-const ROOT = fs.mkdtempSync('/tmp/pcx-allowed-')
+// Under the engine's nosymfollow tmpfs: the shipped policy binds only from such mounts (rule host-binds-symfollow).
+const ROOT = fs.mkdtempSync(path.join(engine().binds, 'allowed-'))
 const ALLOWED = path.join(ROOT, TA)
 fs.mkdirSync(path.join(ALLOWED, 'real'), { recursive: true })
 fs.writeFileSync(path.join(ALLOWED, 'real', 'hello.txt'), `hello ${RUN}\n`)
@@ -45,7 +46,10 @@ function policiesFor (symlinkFree: boolean): string {
   const file = path.join(dir, 'base.csv')
   const before = fs.readFileSync(file, 'utf8')
   let after = before.replace("anyOutside(r.obj.hostPaths, '/srv/portcullis/' + r.dom)", `anyOutside(r.obj.hostPaths, '${ROOT}/' + r.dom)`)
-  if (symlinkFree) after = after.replace("anyOutside(r.obj.unresolvedHostPaths, '')", `anyOutside(r.obj.unresolvedHostPaths, '${ROOT}/' + r.dom)`)
+  if (symlinkFree) {
+    after = after.replace("anyOutside(r.obj.unresolvedHostPaths, '')", `anyOutside(r.obj.unresolvedHostPaths, '${ROOT}/' + r.dom)`)
+      .replace("anyOutside(r.obj.linkFollowingHostPaths, '')", `anyOutside(r.obj.linkFollowingHostPaths, '${ROOT}/' + r.dom)`)
+  }
   if (after === before || (symlinkFree && !after.includes(`unresolvedHostPaths, '${ROOT}/'`))) throw new Error('the edit changed nothing in the shipped base.csv')
   fs.writeFileSync(file, after)
   return dir

@@ -53,7 +53,9 @@ function source (fact: string, op: string): string {
     case 'privileged': return op === 'ContainerExec' ? 'Privileged, --privileged' : `${hc('Privileged')}, --privileged`
     case 'hostPaths':
     case 'unresolvedHostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : REMOUNTING_OPS.has(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as the engine mounts them' : `${hc('Binds')}/Mounts, -v/--mount`
+    case 'linkFollowingHostPaths': return op === 'VolumeCreate' ? 'DriverOpts device, -o device=' : service ? `${spec('Mounts')}, --mount` : REMOUNTING_OPS.has(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as the engine mounts them' : `${hc('Binds')}/Mounts, -v/--mount`
     case 'hostVolume': return op === 'VolumeCreate' ? 'DriverOpts, -o' : service ? `${spec('Mounts')} volume options, --mount` : `${hc('Mounts')} volume options, --mount`
+    case 'tmpfsVolume': return op === 'VolumeCreate' ? 'DriverOpts, -o' : service ? `${spec('Mounts')} volume options, --mount` : `${hc('Mounts')} volume options, --mount`
     case 'capAdd': return service ? `${spec('CapabilityAdd')}, --cap-add` : `${hc('CapAdd')}, --cap-add`
     case 'capDrop': return service ? `${spec('CapabilityDrop')}, --cap-drop` : `${hc('CapDrop')}, --cap-drop`
     case 'devices': return `${hc('Devices')}, --device`

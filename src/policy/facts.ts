@@ -8,7 +8,7 @@
  * `buildInput` is the one place that knows the shape of the policy input.
  */
 import { numberOf } from '../api/body/number'
-import { capability, cleanHostPath, goAtoi, localVolume, logSize, optionTokens, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
+import { capability, cleanHostPath, followsLinks, goAtoi, localVolume, logSize, optionTokens, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
 import { libpodFacts } from './libpod-facts'
 
 export { capability, cleanHostPath, localVolume, resolveHostPath, securityOption, type Facts, type HostPathMode, type Namespaces, type PolicyInput, type Ulimit } from './fields'
@@ -86,7 +86,10 @@ function volumeFacts (f: Facts, driver: string, opts: Json): void {
   const v = localVolume(driver, opts)
   if (v.bindPath) f.hostPaths.push(v.bindPath)
   if (v.hostAccess) f.hostVolume = true
-  if ((driver === '' || driver === 'local') && str(opts.type) === 'tmpfs') tmpfsFacts(f, optionTokens(str(opts.o)))
+  if ((driver === '' || driver === 'local') && str(opts.type) === 'tmpfs') {
+    f.tmpfsVolume = true
+    tmpfsFacts(f, optionTokens(str(opts.o)))
+  }
 }
 
 function mountFacts (f: Facts, mounts: unknown, swarm = false): void {
@@ -139,7 +142,9 @@ function emptyFacts (): Facts {
     privileged: false,
     hostPaths: [],
     unresolvedHostPaths: [],
+    linkFollowingHostPaths: [],
     hostVolume: false,
+    tmpfsVolume: false,
     capAdd: [],
     capDrop: [],
     devices: [],
@@ -360,9 +365,11 @@ function resolveHostPaths (f: Facts, mode: HostPathMode): void {
     const real = mode === 'shared' ? resolveHostPath(p) : null
     f.hostPaths.push(real ?? cleanHostPath(p))
     if (real === null) f.unresolvedHostPaths.push(cleanHostPath(p))
+    if (real === null || followsLinks(real)) f.linkFollowingHostPaths.push(real ?? cleanHostPath(p))
   }
   f.hostPaths = [...new Set(f.hostPaths)]
   f.unresolvedHostPaths = [...new Set(f.unresolvedHostPaths)]
+  f.linkFollowingHostPaths = [...new Set(f.linkFollowingHostPaths)]
 }
 
 /**

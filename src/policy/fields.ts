@@ -38,8 +38,22 @@ export interface Facts {
    * anywhere in one could lead anywhere. Judged by rule `host-binds-unresolved`.
    */
   unresolvedHostPaths: string[]
+  /**
+   * The host paths (as in hostPaths) that do not lie on a mount with the `nosymfollow`
+   * option (Linux 5.10+: the kernel follows no symlink under it), or whose mount the
+   * gateway cannot see (remote mode, a failed walk): a link a tenant plants there between
+   * the gateway's walk and the runtime's mount would be followed. Judged by rule
+   * `host-binds-symfollow` (issue 18, class 8).
+   */
+  linkFollowingHostPaths: string[]
   /** A local-driver volume (created, or declared in a mount) whose options mount something from the host: a bind, a block device, an overlay of host directories. */
   hostVolume: boolean
+  /**
+   * A local-driver volume of `type=tmpfs` (VolumeCreate's DriverOpts, a volume mount's
+   * DriverConfig options): host memory held as long as the volume exists, with or
+   * without a container, that no memory limit counts. Judged by rule `no-tmpfs-volumes`.
+   */
+  tmpfsVolume: boolean
   /** Capabilities added, upper case without the CAP_ prefix (`ALL` stays `ALL`). */
   capAdd: string[]
   capDrop: string[]
@@ -182,6 +196,35 @@ export const REMOUNTING_OPS: ReadonlySet<string> = new Set([
 export function cleanHostPath (p: string): string {
   const n = path.posix.normalize(p)
   return n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n
+}
+
+/**
+ * Whether the kernel would follow a symlink at or below `p` (an absolute path as the walk
+ * resolved it): false when the mount it lies on, the last one listed in `mountinfo` on
+ * the longest mount point containing it, has the per-mount option `nosymfollow`. True
+ * when the table cannot be read: a mount the gateway cannot see is not proven.
+ */
+export function followsLinks (p: string, mountinfo = '/proc/self/mountinfo'): boolean {
+  let text: string
+  try {
+    text = fs.readFileSync(mountinfo, 'utf8')
+  } catch {
+    return true
+  }
+  let best = ''
+  let options: string[] = []
+  for (const line of text.split('\n')) {
+    const fields = line.split(' ')
+    if (fields.length < 6) continue
+    // mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
+    const point = fields[4].replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))
+    const under = point === '/' || p === point || p.startsWith(`${point}/`)
+    if (under && point.length >= best.length) {
+      best = point
+      options = fields[5].split(',')
+    }
+  }
+  return best === '' || !options.includes('nosymfollow')
 }
 
 /** Linux's limit on symlinks followed in one path walk (MAXSYMLINKS); past it the walk fails with ELOOP. */

@@ -208,6 +208,7 @@ export function libpodFacts (op: string, f: Facts, b: Json): void {
       const v = localVolume(str(b.Driver), obj(b.Options))
       if (v.bindPath) f.hostPaths.push(v.bindPath)
       f.hostVolume = v.hostAccess
+      f.tmpfsVolume = (str(b.Driver) === '' || str(b.Driver) === 'local') && str(obj(b.Options).type) === 'tmpfs'
       break
     }
     case 'NetworkCreateLibpod':
@@ -223,7 +224,9 @@ export function libpodSource (fact: string, op: string): string {
     case 'privileged': return exec ? 'Privileged, podman exec --privileged' : 'privileged, --privileged'
     case 'hostPaths':
     case 'unresolvedHostPaths': return REMOUNTING_OPS.has(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as the engine mounts them' : op === 'VolumeCreateLibpod' ? 'Options device, -o device=' : 'mounts, overlay_volumes, rootfs, log_configuration.path, conmon_pid_file, seccomp_profile_path, init_path, devices_from, chroot_directories; -v/--mount/--rootfs/--log-opt'
+    case 'linkFollowingHostPaths': return REMOUNTING_OPS.has(op) ? 'the container\'s HostConfig.Binds/Mounts, walked again as the engine mounts them' : op === 'VolumeCreateLibpod' ? 'Options device, -o device=' : 'mounts, overlay_volumes, rootfs, log_configuration.path, conmon_pid_file, seccomp_profile_path, init_path, devices_from, chroot_directories; -v/--mount/--rootfs/--log-opt'
     case 'hostVolume': return op === 'VolumeCreateLibpod' ? 'Options, -o' : 'mounts other than bind and tmpfs, --mount'
+    case 'tmpfsVolume': return op === 'VolumeCreateLibpod' ? 'Options type=tmpfs, -o type=tmpfs' : 'volume options'
     case 'capAdd': return 'cap_add, --cap-add'
     case 'capDrop': return 'cap_drop, --cap-drop'
     case 'devices': return 'devices, host_device_list; --device'

@@ -18,6 +18,12 @@ export interface EngineInfo {
   dockerHost: string;
   pid: number;
   image: string;
+  /**
+   * A tmpfs mounted `nosymfollow` (in the host's mount namespace before the engine's own
+   * was made, so both see it): where tests put tenants' bind directories (issue 18,
+   * class 8: the shipped policy binds only from such mounts).
+   */
+  binds: string;
 }
 
 export const TEST_IMAGE = 'portcullis-test/busybox:latest'
@@ -63,7 +69,7 @@ export function fitsSocketLimit (dir: string): boolean {
 
 export function engineInfo (dir: string, pid: number): EngineInfo {
   const socket = path.join(dir, 'docker.sock')
-  return { dir, socket, dockerHost: `unix://${socket}`, pid, image: TEST_IMAGE }
+  return { dir, socket, dockerHost: `unix://${socket}`, pid, image: TEST_IMAGE, binds: path.join(dir, 'binds') }
 }
 
 /** Path of the docker CLI, preferring docker.io's own (same version as the daemon). */
@@ -210,6 +216,7 @@ export async function startEngine (dir: string, options: EngineOptions = {}): Pr
   fs.mkdirSync(dir, { recursive: true })
   const info = engineInfo(dir, 0)
   try {
+    mountBinds(info.binds)
     const failure = spawnDockerd(info, dockerd, options)
     await waitForPing(info.socket, failure)
     info.pid = Number(fs.readFileSync(path.join(dir, 'dockerd.pid'), 'utf8').trim())
@@ -220,6 +227,14 @@ export async function startEngine (dir: string, options: EngineOptions = {}): Pr
     const tail = logTail(path.join(dir, 'dockerd.log'), 40)
     await stopEngine(info).catch((e) => console.error(`# cleanup after failed start: ${(e as Error).message}`))
     throw new Error(`${(err as Error).message}\n--- last lines of ${dir}/dockerd.log ---\n${tail}`)
+  }
+}
+
+/** A nosymfollow tmpfs at `dir` (world-traversable: tenants' uids reach their directories in it). */
+function mountBinds (dir: string): void {
+  fs.mkdirSync(dir, { recursive: true })
+  if (!spawnSyncOk('mount', ['-t', 'tmpfs', '-o', 'nosymfollow,mode=0755,size=256m', 'pcx-binds', dir])) {
+    throw new Error(`cannot mount a nosymfollow tmpfs at ${dir} (Linux 5.10+ and util-linux 2.36+ needed)`)
   }
 }
 

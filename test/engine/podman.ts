@@ -96,7 +96,8 @@ async function removeStale (): Promise<void> {
 
 function info (dir: string, pid: number, libpodVersion: string): PodmanInfo {
   const socket = path.join(dir, 'podman.sock')
-  return { dir, socket, dockerHost: `unix://${socket}`, pid, image: TEST_IMAGE, libpodVersion }
+  // Not a nosymfollow mount: Podman's tests bind no tenant directories.
+  return { dir, socket, dockerHost: `unix://${socket}`, pid, image: TEST_IMAGE, libpodVersion, binds: path.join(dir, 'binds') }
 }
 
 export function podmanAvailable (): boolean {

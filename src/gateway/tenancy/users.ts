@@ -6,6 +6,7 @@
  * - no user (absent or `""`) → the tenant's uid:gid (`users.tenants`, else `users.default`);
  * - a numeric `uid:gid`, neither 0 → kept; a numeric `uid` alone → `uid:<the tenant's gid>`;
  * - root (uid 0 or gid 0, `0`, `00`, `1000:0`, supplementary group 0) → refused (`tenant-user`);
+ * - any supplementary group → refused (`tenant-groups`: see tenantGroups);
  * - a name (`root`, `app`, `1000:wheel`) → refused (`numeric-user`).
  *
  * Unless root is allowed: the tenant is listed in `users.root`, or the engine remaps user
@@ -50,12 +51,22 @@ export function tenantUser (call: Call, given: unknown, what: string): string {
   return parts.length === 2 ? user : `${user}:${own.gid}`
 }
 
-/** Supplementary groups (GroupAdd, a service's Groups, Podman's groups): numbers, never 0. */
+/**
+ * Supplementary groups (GroupAdd, a service's Groups, Podman's groups): none. Even a
+ * number is first looked up as a group *name* in the container's /etc/group (runc
+ * user.GetAdditionalGroups: `g.Name == ag || strconv.Itoa(g.Gid) == ag`, every match
+ * kept), so "1000" is gid 0 in an image whose /etc/group has `1000:x:0:`; and an image
+ * is the tenant's to write. Names and 0 keep their older, more specific rules.
+ */
 export function tenantGroups (call: Call, groups: unknown, what: string): void {
-  for (const g of list(groups)) {
+  const all = list(groups)
+  for (const g of all) {
     const v = str(g)
     if (!NUMBER.test(v)) throw refuse('numeric-user', `${what} ${JSON.stringify(v)}: tenants give groups as numbers`)
     if (Number(v) === 0) throw refuse('tenant-user', `${what} 0 is the root group: not available to tenant ${call.tenant}`)
+  }
+  if (all.length > 0) {
+    throw refuse('tenant-groups', `${what} ${JSON.stringify(all.map(str))}: supplementary groups are not available to tenant ${call.tenant}; the engine looks each one up by name in the container's own /etc/group first, where a number can name gid 0`)
   }
 }
 
