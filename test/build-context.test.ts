@@ -9,18 +9,28 @@
  *   the forbidden one (the attack is real);
  * - real clients (docker CLI 28 and 20.10 with the classic builder, docker-py, dockerode)
  *   build contexts with relative and absolute symbolic links, empty directories, long
- *   names and a .dockerignore through the gateway, and the image holds what they sent.
+ *   names and a .dockerignore through the gateway, and the image holds what they sent;
+ * - generated contexts (entries named Dockerfile, d/Dockerfile under a link d -> ., other
+ *   files, each in a random header form: plain, PAX path, GNU long name, ustar prefix,
+ *   base-256 size, empty long names, global headers, trailing bytes) are never built from
+ *   the forbidden Dockerfile. A bounded run (fixed seed) is part of `npm test`;
+ *   `PCX_BUILD_CONTEXT_RUNS=500` runs more with a fresh seed (printed;
+ *   `PCX_BUILD_CONTEXT_SEED=<seed>` repeats a run).
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import Docker from 'dockerode'
+import fc from 'fast-check'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
 import { CLI20, CLI28, engine, request, run, startTestGateway, type RawReply, type TestGateway } from './helpers/gateway'
 
 const SYSTEM_PYTHON = '/usr/bin/python3'
+const LONG_RUN = process.env.PCX_BUILD_CONTEXT_RUNS !== undefined
+const RUNS = Number(process.env.PCX_BUILD_CONTEXT_RUNS ?? 50)
+const SEED = process.env.PCX_BUILD_CONTEXT_SEED !== undefined ? Number(process.env.PCX_BUILD_CONTEXT_SEED) : LONG_RUN ? randomBytes(4).readInt32LE() : 20261126
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
 const TA = `bctx-a-${RUN}`
@@ -214,4 +224,52 @@ t.test('real clients build contexts with links, empty directories, long names an
     const out = await run(CLI28, ['run', '--rm', tag], { host: engine().dockerHost })
     t.equal(out.stdout.toString(), EXPECTED, `${name}: the image holds the context as sent`, { stderr: out.stderr })
   }
+})
+
+// ---------------------------------------------------------------------------------
+// Generated contexts
+
+type Form = 'plain' | 'pax' | 'gnu' | 'prefix' | 'base256' | 'empty-gnu' | 'global'
+interface GenEntry { name: string, kind: 'file' | 'link-dot' | 'dir', text: string, form: Form }
+
+/** One entry written in `form`; the name it carries is the one Go's reader gives it. */
+function written (e: GenEntry): Buffer {
+  const data = e.kind === 'file' ? e.text : ''
+  const type = e.kind === 'file' ? '0' : e.kind === 'dir' ? '5' : '2'
+  const linkname = e.kind === 'link-dot' ? '.' : ''
+  const slash = e.name.lastIndexOf('/')
+  switch (e.form) {
+    case 'plain': return entry({ name: e.name, type, linkname }, data)
+    case 'pax': return Buffer.concat([entry({ name: 'x', type: 'x' }, paxData({ path: e.name })), entry({ name: 'decoy.txt', type, linkname }, data)])
+    case 'gnu': return Buffer.concat([entry({ name: '././@LongLink', type: 'L' }, `${e.name}\0`), entry({ name: 'decoy.txt', type, linkname }, data)])
+    case 'prefix': return slash < 0 ? entry({ name: e.name, type, linkname }, data) : entry({ name: e.name.slice(slash + 1), prefix: e.name.slice(0, slash), version: '\0\0', type, linkname }, data)
+    case 'base256': return entry({ name: e.name, type, linkname, base256: true }, data)
+    case 'empty-gnu': return Buffer.concat([entry({ name: '././@LongLink', type: 'L' }, ''), entry({ name: e.name, type, linkname }, data)])
+    case 'global': return Buffer.concat([entry({ name: 'pax_global_header', type: 'g' }, paxData({ path: 'Dockerfile' })), entry({ name: e.name, type, linkname }, data)])
+  }
+}
+
+const FORMS: Form[] = ['plain', 'plain', 'plain', 'plain', 'pax', 'gnu', 'prefix', 'base256', 'empty-gnu', 'global']
+const genEntry: fc.Arbitrary<GenEntry> = fc.oneof(
+  fc.record({ name: fc.constantFrom('Dockerfile', 'd/Dockerfile', 'other.txt', 'sub/file.txt', 'sub/Dockerfile'), kind: fc.constant<GenEntry['kind']>('file'), text: fc.constantFrom(GOOD, EVIL), form: fc.constantFrom(...FORMS) }),
+  fc.record({ name: fc.constant('d'), kind: fc.constantFrom<GenEntry['kind']>('link-dot', 'dir'), text: fc.constant(''), form: fc.constantFrom(...FORMS) })
+)
+/** A context: the harmless Dockerfile, plainly, among generated entries (or not at all). */
+const genContext = fc.tuple(fc.array(genEntry, { minLength: 0, maxLength: 4 }), fc.option(fc.nat(4), { nil: undefined })).map(([entries, at]) =>
+  at === undefined ? entries : [...entries.slice(0, at), { name: 'Dockerfile', kind: 'file' as const, text: GOOD, form: 'plain' as const }, ...entries.slice(at)])
+
+t.test('generated contexts are never built from the forbidden Dockerfile', async (t) => {
+  t.comment(`fast-check seed ${SEED}, ${RUNS} runs`)
+  let built = 0
+  await fc.assert(fc.asyncProperty(genContext, fc.boolean(), async (entries, trailing) => {
+    const context = Buffer.concat([...entries.map(written), END, ...(trailing ? [file('Dockerfile', EVIL), END] : [])])
+    const tag = `${TB}/gen-${randomBytes(3).toString('hex')}:1`
+    const r = await as('b', 'POST', `/v1.41/build?t=${encodeURIComponent(tag)}&rm=1&forcerm=1`, context, 'application/x-tar')
+    const label = await which(tag)
+    if (label !== undefined) built++
+    if (label === 'evil') throw new Error(`built FROM A's image: ${JSON.stringify(entries)} trailing=${String(trailing)} (status ${r.status})`)
+    if (r.status >= 500) throw new Error(`the gateway failed (${r.status} ${r.text.slice(0, 200)}): ${JSON.stringify(entries)}`)
+  }), { seed: SEED, numRuns: RUNS })
+  t.pass(`no generated context was built from the forbidden Dockerfile (${built} of ${RUNS} built from the judged one)`)
+  t.ok(built > 0, 'some generated contexts were built (the property is not vacuous)')
 })
