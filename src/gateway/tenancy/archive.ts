@@ -39,6 +39,9 @@ import { decodeBody, encodeBody, isJsonNumber } from '../../api/body/decode'
 import { GatewayError } from '../../api/errors'
 import type { BodyFilter } from './call'
 import { TenancyRefusal } from './refusal'
+import { BLOCK, padding, writeHeader } from './tar'
+
+export { BLOCK, padding } from './tar'
 
 export interface ArchiveScope {
   /** Checks one of the archive's tags (`team-a/app:1`); throws the refusal. */
@@ -49,7 +52,6 @@ export interface ArchiveScope {
   readonly checkTriggers?: (triggers: readonly string[]) => Promise<void>
 }
 
-export const BLOCK = 512
 /** An image config is a few KiB; configs (and other JSON files) are held up to this size each... */
 const HELD_FILE_MAX = 1 << 20
 /** ...and this much together. A config that was not held is refused. */
@@ -60,7 +62,6 @@ const REPOSITORIES_MAX = 1 << 20
 const META_MAX = 1 << 20
 /** What may follow the end of the archive (tar writers pad to a record size). */
 const TRAILING_MAX = 1 << 20
-const OCTAL_MAX = 0o77777777777
 
 /** The files that name images and tags: never passed on from the client. */
 const RESERVED = new Set(['manifest.json', 'repositories', 'index.json', 'oci-layout'])
@@ -334,9 +335,9 @@ export function parseHeader (h: Buffer): Header {
   }
   if (stored !== unsigned && stored !== signed) throw invalid('a header with a wrong checksum')
   const magic = h.subarray(257, 263).toString('latin1')
-  const version = h.subarray(263, 265).toString('latin1')
   let name = cstr(h.subarray(0, 100))
-  if (magic === 'ustar\0' && version === '00') {
+  // Go's archive/tar takes the ustar magic alone (whatever the version field) as ustar.
+  if (magic === 'ustar\0') {
     if (h.subarray(508, 512).toString('latin1') === 'tar\0') throw unsupported('star archives are not read')
     const prefix = cstr(h.subarray(345, 500))
     if (prefix) name = `${prefix}/${name}`
@@ -391,10 +392,6 @@ export function parsePax (data: Buffer): Map<string, string> {
   return out
 }
 
-export function padding (n: number): number {
-  return (BLOCK - (n % BLOCK)) % BLOCK
-}
-
 export function isZero (b: Buffer): boolean {
   for (let i = 0; i < b.length; i++) if (b[i] !== 0) return false
   return true
@@ -417,63 +414,6 @@ function startsLikeJson (data: Buffer): boolean {
     return b === 0x7b
   }
   return false
-}
-
-// ---------------------------------------------------------------------------------
-// Writing tar
-
-interface OutEntry { name: string, kind: 'file' | 'dir' | 'symlink', size: number, mode: number, mtime: number, linkname: string }
-
-function writeHeader (e: OutEntry): Buffer {
-  const records: Array<[string, string]> = []
-  const nameBytes = Buffer.byteLength(e.name)
-  const linkBytes = Buffer.byteLength(e.linkname)
-  if (nameBytes > 100) records.push(['path', e.name])
-  if (linkBytes > 100) records.push(['linkpath', e.linkname])
-  if (e.size > OCTAL_MAX) records.push(['size', String(e.size)])
-  const main = ustar({
-    name: nameBytes > 100 ? 'PaxHeaders/entry' : e.name,
-    linkname: linkBytes > 100 ? '' : e.linkname,
-    size: e.size > OCTAL_MAX ? 0 : e.size,
-    mode: e.mode & 0o7777 || (e.kind === 'dir' ? 0o755 : 0o644),
-    mtime: e.mtime >= 0 && e.mtime <= OCTAL_MAX ? e.mtime : 0,
-    type: e.kind === 'dir' ? '5' : e.kind === 'symlink' ? '2' : '0',
-  })
-  if (records.length === 0) return main
-  const body = Buffer.from(records.map(([k, v]) => paxRecord(k, v)).join(''), 'utf8')
-  const x = ustar({ name: 'PaxHeaders/entry', linkname: '', size: body.length, mode: 0o644, mtime: 0, type: 'x' })
-  return Buffer.concat([x, body, Buffer.alloc(padding(body.length)), main])
-}
-
-function paxRecord (key: string, value: string): string {
-  const rest = ` ${key}=${value}\n`
-  const restBytes = Buffer.byteLength(rest)
-  let len = restBytes + 1
-  while (String(len).length + restBytes !== len) len = String(len).length + restBytes
-  return `${len}${rest}`
-}
-
-function ustar (h: Header): Buffer {
-  const b = Buffer.alloc(BLOCK)
-  b.write(h.name, 0, 100, 'utf8')
-  octal(b, 100, 8, h.mode)
-  octal(b, 108, 8, 0)
-  octal(b, 116, 8, 0)
-  octal(b, 124, 12, h.size)
-  octal(b, 136, 12, h.mtime)
-  b.write(h.type, 156, 1, 'latin1')
-  b.write(h.linkname, 157, 100, 'utf8')
-  b.write('ustar\0', 257, 6, 'latin1')
-  b.write('00', 263, 2, 'latin1')
-  b.fill(0x20, 148, 156)
-  let sum = 0
-  for (let i = 0; i < BLOCK; i++) sum += b[i]
-  b.write(sum.toString(8).padStart(6, '0') + '\0 ', 148, 8, 'latin1')
-  return b
-}
-
-function octal (b: Buffer, at: number, width: number, n: number): void {
-  b.write(n.toString(8).padStart(width - 1, '0') + '\0', at, width, 'latin1')
 }
 
 // ---------------------------------------------------------------------------------
