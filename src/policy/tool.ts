@@ -109,20 +109,34 @@ function fixtureProblems (f: Partial<Fixture>, where: string): string[] {
   return p
 }
 
+export interface FixtureRun {
+  /** What to print: `ok` and `FAIL` lines, with what decided a failure. */
+  readonly lines: string[]
+  readonly passed: number
+  readonly failed: number
+  /** The failed fixtures, as `file[i] name`. */
+  readonly failures: string[]
+}
+
 /** Run every fixture in DIR/tests/*.yaml against the policy in DIR; returns the lines to print and whether all passed. */
-export async function runFixtures (dir: string): Promise<{ lines: string[], passed: number, failed: number, warnings: readonly string[] }> {
+export async function runFixtures (dir: string): Promise<FixtureRun & { warnings: readonly string[] }> {
   const policy = await loadPolicy(dir)
-  const testDir = path.join(dir, 'tests')
+  return { ...(await runFixturesOn(policy, path.join(dir, 'tests'))), warnings: policy.warnings }
+}
+
+/** Run every fixture in testDir/*.yaml against a compiled policy (the tools, and a reload before it is used). */
+export async function runFixturesOn (policy: Policy, testDir: string): Promise<FixtureRun> {
   const files = fs.existsSync(testDir) ? fs.readdirSync(testDir).filter((f) => /\.ya?ml$/.test(f)).sort() : []
   const lines: string[] = []
   let passed = 0
   let failed = 0
+  const failures: string[] = []
   for (const file of files) {
     const cases = parseYaml(fs.readFileSync(path.join(testDir, file), 'utf8')) as Array<Partial<Fixture>> | null
     for (const [i, f] of (cases ?? []).entries()) {
       const where = `${file}[${i}]`
       const problems = fixtureProblems(f, where)
-      if (problems.length) { failed++; lines.push(...problems.map((p) => `FAIL ${p}`)); continue }
+      if (problems.length) { failed++; failures.push(where); lines.push(...problems.map((p) => `FAIL ${p}`)); continue }
       const fx = f as Fixture
       const [method, url] = fx.request.split(' ')
       const body = fx.body === undefined ? undefined : Buffer.from(typeof fx.body === 'string' ? fx.body : JSON.stringify(fx.body))
@@ -133,6 +147,7 @@ export async function runFixtures (dir: string): Promise<{ lines: string[], pass
       if (fx.rewrites !== undefined && JSON.stringify(r.rewrites) !== JSON.stringify(fx.rewrites)) why.push(`rewrites [${r.rewrites.join(', ')}], expected [${fx.rewrites.join(', ')}]`)
       if (why.length) {
         failed++
+        failures.push(`${where} ${fx.name}: ${why.join('; ')}`)
         lines.push(`FAIL ${where} ${fx.name}: ${why.join('; ')}`)
         // What decided, and on which facts: enough to tell a wrong rule from a wrong fixture.
         lines.push(...decidingLines(r).map((l) => `       ${l}`))
@@ -144,5 +159,5 @@ export async function runFixtures (dir: string): Promise<{ lines: string[], pass
     }
   }
   if (!files.length) lines.push(`no fixtures in ${testDir}`)
-  return { lines, passed, failed, warnings: policy.warnings }
+  return { lines, passed, failed, failures }
 }
