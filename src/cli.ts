@@ -18,7 +18,7 @@ import { ConfigError, defaultConfig, loadConfig, type Config, type UpstreamOverr
 import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
-import { check, decidingLines, runFixtures } from './policy/tool'
+import { check, decidingLines, factList, factsTable, runFixtures } from './policy/tool'
 
 const HELP = `Usage: portcullis <command> [options]
 
@@ -42,8 +42,12 @@ Commands:
   policy check [--dir DIR] --subject S [--tenant T] [--roles R1,R2] METHOD PATH [--body FILE]
                             Decide one request with the policy in DIR (default ./policies):
                             prints the decision, the rule that decided and any rewrite.
-  policy test [DIR]         Run the fixtures in DIR/tests/*.yaml (default ./policies);
-                            exits 1 on any mismatch.
+  policy test [--coverage] [DIR]
+                            Run the fixtures in DIR/tests/*.yaml (default ./policies);
+                            exits 1 on any mismatch. --coverage: also list the deny
+                            lines that decide no fixture's denial (exits 1 if any).
+  policy facts [--json]     The facts conditions may name (r.obj.*): type, meaning and
+                            the request fields each comes from (docs/facts.md).
   audit verify [--partial] FILE...
                             Check audit files (in any order, rotated ones included):
                             exits 0 if the chain is intact, 1 naming the first broken
@@ -223,23 +227,37 @@ async function policyCheck (args: string[]): Promise<number> {
 }
 
 async function policyTest (args: string[]): Promise<number> {
-  const dir = args[0] ?? 'policies'
-  const { lines, passed, failed, warnings } = await runFixtures(dir)
+  const { values, positionals } = parseArgs({ args, options: { coverage: { type: 'boolean' } }, allowPositionals: true })
+  const dir = positionals[0] ?? 'policies'
+  const { lines, passed, failed, warnings, uncovered } = await runFixtures(dir)
   for (const w of warnings) process.stderr.write(`warning: ${w}\n`)
   process.stdout.write(lines.join('\n') + `\n${passed} passed, ${failed} failed\n`)
-  return failed ? 1 : 0
+  if (!values.coverage) return failed ? 1 : 0
+  // A deny line that decides no fixture's denial could be deleted or broken unseen.
+  process.stdout.write(uncovered.length
+    ? `deny lines no fixture exercises (${uncovered.length}):\n${uncovered.map((r) => `  ${r}`).join('\n')}\n`
+    : 'coverage: every deny line decides some fixture\'s denial\n')
+  return failed || uncovered.length ? 1 : 0
+}
+
+/** `portcullis policy facts [--json]`: the facts conditions may name (FactsSchema), with types and sources. */
+function policyFacts (args: string[]): number {
+  const { values } = parseArgs({ args, options: { json: { type: 'boolean' } } })
+  process.stdout.write(values.json ? JSON.stringify(factList(), null, 2) + '\n' : factsTable())
+  return 0
 }
 
 async function policy (args: string[]): Promise<number> {
   try {
     if (args[0] === 'check') return await policyCheck(args.slice(1))
     if (args[0] === 'test') return await policyTest(args.slice(1))
+    if (args[0] === 'facts') return policyFacts(args.slice(1))
   } catch (err) {
     if (err instanceof PolicyError) { process.stderr.write(`portcullis: ${err.message}\n`); return 1 }
     if (err instanceof TypeError && (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) { process.stderr.write(`portcullis policy: ${err.message}\n`); return 2 }
     throw err
   }
-  process.stderr.write('usage: portcullis policy check|test ...\n')
+  process.stderr.write('usage: portcullis policy check|test|facts ...\n')
   return 2
 }
 
