@@ -19,7 +19,7 @@ import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
 import { checkTraffic, learn, type LearnRecord, type LearnSelection } from './policy/learn'
-import { check, decidingLines, runFixtures } from './policy/tool'
+import { check, decidingLines, factList, factsTable, runFixtures } from './policy/tool'
 
 const HELP = `Usage: portcullis <command> [options]
 
@@ -45,8 +45,12 @@ Commands:
   policy check [--dir DIR] --subject S [--tenant T] [--roles R1,R2] METHOD PATH [--body FILE]
                             Decide one request with the policy in DIR (default ./policies):
                             prints the decision, the rule that decided and any rewrite.
-  policy test [DIR]         Run the fixtures in DIR/tests/*.yaml (default ./policies);
-                            exits 1 on any mismatch.
+  policy test [--coverage] [DIR]
+                            Run the fixtures in DIR/tests/*.yaml (default ./policies);
+                            exits 1 on any mismatch. --coverage: also list the deny
+                            lines that decide no fixture's denial (exits 1 if any).
+  policy facts [--json]     The facts conditions may name (r.obj.*): type, meaning and
+                            the request fields each comes from (docs/facts.md).
   policy learn [--subject S | --tenant T | --role R] [--out FILE] [--partial] AUDIT...
                             Write the policy lines that would have allowed the recorded
                             traffic and nothing more (audit level facts or request), with
@@ -105,9 +109,15 @@ Print a bearer token (JWT) signed with the config's auth.jwt.secret.
 
 Decide one request with the policy in DIR (default ./policies).
 `,
-  'policy test': `usage: portcullis policy test [DIR]
+  'policy test': `usage: portcullis policy test [--coverage] [DIR]
 
 Run the fixtures in DIR/tests/*.yaml (default ./policies); exit 1 on any mismatch.
+--coverage: also list the deny lines that decide no fixture's denial (exit 1 if any).
+`,
+  'policy facts': `usage: portcullis policy facts [--json]
+
+The facts policy conditions may name (r.obj.*): type, meaning and the request fields
+each comes from (docs/facts.md).
 `,
   'policy learn': `usage: portcullis policy learn [--subject S | --tenant T | --role R] [--out FILE] [--partial] AUDIT...
        portcullis policy learn --check [--dir DIR] [--subject S | --tenant T | --role R] AUDIT...
@@ -130,7 +140,7 @@ Show the list of commands, or one command's usage (serve, config check, token,
 policy check, policy test, audit verify, audit report).
 `,
   config: 'usage: portcullis config check FILE\n',
-  policy: 'usage: portcullis policy check|test|learn ... (portcullis policy check --help)\n',
+  policy: 'usage: portcullis policy check|test|facts|learn ... (portcullis policy check --help)\n',
   audit: 'usage: portcullis audit verify|report FILE... (portcullis audit report --help)\n',
 }
 
@@ -333,13 +343,25 @@ async function policyCheck (args: string[]): Promise<number> {
 }
 
 async function policyTest (args: string[]): Promise<number> {
-  const { positionals } = parsed('policy test', () => parseArgs({ args, allowPositionals: true, strict: true, options: { ...HELP_OPTION } }))
+  const { values, positionals } = parsed('policy test', () => parseArgs({ args, allowPositionals: true, strict: true, options: { ...HELP_OPTION, coverage: { type: 'boolean' } } }))
   if (positionals.length > 1) throw new UsageError('policy test', `expected one directory, got ${positionals.length}`)
   const dir = positionals[0] ?? 'policies'
-  const { lines, passed, failed, warnings } = await runFixtures(dir)
+  const { lines, passed, failed, warnings, uncovered } = await runFixtures(dir)
   for (const w of warnings) process.stderr.write(`warning: ${w}\n`)
   process.stdout.write(lines.join('\n') + `\n${passed} passed, ${failed} failed\n`)
-  return failed ? 1 : 0
+  if (!values.coverage) return failed ? 1 : 0
+  // A deny line that decides no fixture's denial could be deleted or broken unseen.
+  process.stdout.write(uncovered.length
+    ? `deny lines no fixture exercises (${uncovered.length}):\n${uncovered.map((r) => `  ${r}`).join('\n')}\n`
+    : 'coverage: every deny line decides some fixture\'s denial\n')
+  return failed || uncovered.length ? 1 : 0
+}
+
+/** `portcullis policy facts [--json]`: the facts conditions may name (FactsSchema), with types and sources. */
+function policyFacts (args: string[]): number {
+  const { values } = parsed('policy facts', () => parseArgs({ args, strict: true, options: { ...HELP_OPTION, json: { type: 'boolean' } } }))
+  process.stdout.write(values.json ? JSON.stringify(factList(), null, 2) + '\n' : factsTable())
+  return 0
 }
 
 /** The records of audit files, once their chain verifies (a trail that was tampered with teaches nothing). */
@@ -385,12 +407,13 @@ async function policy (args: string[]): Promise<number> {
     if (args[0] === 'learn') return await policyLearn(args.slice(1))
     if (args[0] === 'check') return await policyCheck(args.slice(1))
     if (args[0] === 'test') return await policyTest(args.slice(1))
+    if (args[0] === 'facts') return policyFacts(args.slice(1))
   } catch (err) {
     if (err instanceof PolicyError) { process.stderr.write(`portcullis: ${err.message}\n`); return 1 }
     throw err
   }
   if (args[0] === '--help' || args[0] === '-h') throw new UsageError('policy', null)
-  throw new UsageError('policy', args[0] === undefined ? 'which one: check, test or learn?' : `unknown subcommand ${JSON.stringify(args[0])}`)
+  throw new UsageError('policy', args[0] === undefined ? 'which one: check, test, facts or learn?' : `unknown subcommand ${JSON.stringify(args[0])}`)
 }
 
 function auditVerifyCommand (args: string[]): number {

@@ -503,7 +503,12 @@ function policy (ctx: Ctx, p: Static<typeof S.Policy>): Config['policy'] {
   const where = url === undefined ? undefined : databaseWhere(url)
   if (typeof where === 'object') ctx.problem(at.k('url'), where.problem)
   const dir = ctx.given(new At(['policy']), p, 'dir')
-  return { dir: dir === undefined ? '' : ctx.path(dir), ...(db && typeof where === 'string' ? { database: { ...db, where } } : {}) }
+  return {
+    dir: dir === undefined ? '' : ctx.path(dir),
+    ...(db && typeof where === 'string' ? { database: { ...db, where } } : {}),
+    // Only the exception is carried: the default (fixtures gate every reload) is the absence.
+    ...(p.reloadTests === false ? { reloadTests: false } : {}),
+  }
 }
 
 /** Paths resolved; `null` (file off, no transport options, no rotation) left out. */

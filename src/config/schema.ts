@@ -292,6 +292,11 @@ export const PolicyDatabase = Type.Object({
 export const Policy = Type.Object({
   dir: Text({ default: './policies' }),
   database: Type.Optional(PolicyDatabase),
+  /**
+   * Run the fixtures of `dir`/tests against a reloaded policy (files or database) before
+   * it replaces the running one; a failing fixture keeps the running policy.
+   */
+  reloadTests: Type.Boolean({ default: true }),
 }, closed({ default: {} }))
 
 /** `audit.transport`: an extra, asynchronous pino transport (syslog, collectors), not part of the durable record. */

@@ -30,7 +30,7 @@ export type PolicyDatabaseConfig = Static<typeof S.PolicyDatabase> & {
   /** `host:port/database` (or the socket directory): what logs and errors name. */
   where: string
 }
-export interface PolicyConfig { dir: string, database?: PolicyDatabaseConfig }
+export interface PolicyConfig { dir: string, database?: PolicyDatabaseConfig, /** Run the fixtures against a reloaded policy before it is used (default true). */ reloadTests?: boolean }
 
 /** TLS file locations; absolute paths after loading. */
 export type TlsFiles = Static<typeof S.Tls>

@@ -41,7 +41,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   let authenticator: Authenticator = createAuthenticator(config.auth)
   // A missing or invalid policy stops the start-up (PolicyError lists the problems).
   // With policy.database, an unreachable database stops it too (fail closed).
-  const policy = await PolicyStore.open(config.policy.dir, log, config.policy.database)
+  const policy = await PolicyStore.open(config.policy.dir, log, config.policy.database, { reloadTests: config.policy.reloadTests })
   const metrics = new Metrics({ tenants: config.metrics.tenants ?? [], listeners: config.listen.map((l) => l.name), version: packageVersion() })
   metrics.setPolicyVersion(policy.current.version)
   policy.onReload = (r) => { metrics.policyReloaded(r.ok, r.version) }

@@ -28,6 +28,7 @@ import { addBinaryOp, compile as compileExpression, parse as parseExpression } f
 import { newEnforcer, newModel, StringAdapter, Util, type Enforcer } from 'casbin'
 import { parse as parseYaml } from 'yaml'
 import { operations, type Operation } from '../api/catalog/operations'
+import { closest, typeProblems } from './conditions'
 import { explain, type Reason } from './explain'
 import { buildInput, type HostPathMode, type PolicyInput } from './facts'
 import { conditionFunctions } from './functions'
@@ -262,6 +263,11 @@ function unknownNames (node: Node): string[] {
   return [...new Set(out)]
 }
 
+function suggestFunctions (names: readonly string[]): string {
+  const hints = names.flatMap((n) => closest(n, Object.keys(conditionFunctions)).slice(0, 1).map((c) => `${n} → ${c}`))
+  return hints.length ? `; did you mean ${hints.join(', ')}?` : ''
+}
+
 /** A request context with empty facts, to run each condition once when it is compiled. */
 const PROBE = { r_obj: buildInput('ContainerCreate', 'container', '', new URLSearchParams(), {}), r_dom: '', r_op: 'ContainerCreate', r_kind: 'container', r_sub: [], ...conditionFunctions }
 
@@ -276,8 +282,14 @@ function checkRule (where: string, rule: string[], seen: Set<string>, problems: 
   else if (seen.has(rule[P.rule])) problems.push(`${where}: duplicate rule id ${rule[P.rule]}`)
   seen.add(rule[P.rule])
   try {
-    const unknown = unknownNames(parseExpression(Util.escapeAssertion(rule[P.cond])) as unknown as Node)
-    if (unknown.length) throw new Error(`unknown name${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}`)
+    const ast = parseExpression(Util.escapeAssertion(rule[P.cond]))
+    const unknown = unknownNames(ast as unknown as Node)
+    if (unknown.length) throw new Error(`unknown name${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}${suggestFunctions(unknown)}`)
+    const typed = typeProblems(ast)
+    if (typed.length) {
+      problems.push(...typed.map((p) => `${where}: ${p} (rule ${rule[P.rule]})`))
+      return null
+    }
     const cond = compileCondition(rule[P.cond])
     cond?.(PROBE)
     return cond
@@ -287,8 +299,20 @@ function checkRule (where: string, rule: string[], seen: Set<string>, problems: 
   }
 }
 
+/**
+ * The file line of each `p` line, in the order Casbin's string adapter reads them (one
+ * policy line per text line; blank lines and `#` comments skipped), so that a problem
+ * names the line an editor shows.
+ */
+function pLineNumbers (text: string): number[] {
+  const out: number[] = []
+  text.split(/\r?\n/).forEach((l, i) => { if (/^\s*p\s*,/.test(l)) out.push(i + 1) })
+  return out
+}
+
 async function compileSet (dir: string, model: string, file: string, mode: Mode, problems: string[], given?: LineSource): Promise<PolicySet | null> {
   let enforcer: Enforcer
+  let fileText = ''
   if (given) {
     try {
       const other = given.lines.find((l) => l[0] !== 'p' && l[0] !== 'g')
@@ -310,6 +334,7 @@ async function compileSet (dir: string, model: string, file: string, mode: Mode,
     }
     try {
       enforcer = await newEnforcer(newModel(model), new StringAdapter(text))
+      fileText = text
     } catch (err) {
       problems.push(`${file}: ${(err as Error).message}`)
       return null
@@ -321,7 +346,8 @@ async function compileSet (dir: string, model: string, file: string, mode: Mode,
   const seen = new Set<string>()
   const rules = await enforcer.getPolicy()
   const before = problems.length
-  const conditions = rules.map((rule, i) => checkRule(`${file}: p line ${i + 1}`, rule, seen, problems))
+  const at = given ? null : pLineNumbers(fileText)
+  const conditions = rules.map((rule, i) => checkRule(at && at.length === rules.length ? `${path.join(dir, file)}:${at[i]}` : `${file}: p line ${i + 1}`, rule, seen, problems))
   if (given && !rules.length) problems.push(`${file}: holds no p lines (an empty policy would deny everything)`)
   if (problems.length > before) return null
   return { file, mode, enforcer, index: buildIndex(rules, conditions), principals: new Map(), allows: rules.filter((r) => r[P.eft] === 'allow').length }

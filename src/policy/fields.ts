@@ -6,6 +6,7 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
+import { Type, type Static } from '@sinclair/typebox'
 
 type Json = Record<string, unknown>
 
@@ -13,157 +14,114 @@ function str (v: unknown): string {
   return typeof v === 'string' ? v : ''
 }
 
-export interface Namespaces {
-  network: string
-  pid: string
-  ipc: string
-  uts: string
-  userns: string
-  cgroupns: string
-}
+/**
+ * The policy's facts: one entry per fact, the one declaration of its name, type, meaning
+ * and the request fields it comes from. The `Facts` type, the compile-time check of
+ * every condition (conditions.ts), `portcullis policy facts` and docs/facts.md are all
+ * derived from it. To add a fact: add an entry here (`bool`, `num`, `str`, `strings`,
+ * `numbers`, or an object), then fill it in emptyFacts() (facts.ts) and where it is read.
+ */
+const bool = (description: string, source: string) => Type.Boolean({ description, source })
+const num = (description: string, source: string) => Type.Number({ description, source })
+const text = (description: string, source: string) => Type.String({ description, source })
+const strings = (description: string, source: string) => Type.Array(Type.String(), { description, source })
+const numbers = (description: string, source: string) => Type.Array(Type.Number(), { description, source })
 
-export interface Facts {
-  /** HostConfig.Privileged (container), Privileged (exec). */
-  privileged: boolean
-  /**
-   * Absolute host paths a container or volume would bind (Binds, bind Mounts, local
-   * volumes with `o=bind`). Where the gateway shares the engine's filesystem, each is
-   * where the runtime's walk will end, every symlink followed (resolveHostPath); where
-   * it does not, or the walk cannot be made, it is the path as written, cleaned lexically.
-   */
-  hostPaths: string[]
-  /**
-   * The host paths among them whose symlinks the gateway could not follow (the engine's
-   * filesystem is not the gateway's, or the walk failed), cleaned lexically: a link
-   * anywhere in one could lead anywhere. Judged by rule `host-binds-unresolved`.
-   */
-  unresolvedHostPaths: string[]
-  /**
-   * The host paths (as in hostPaths) that do not lie on a mount with the `nosymfollow`
-   * option (Linux 5.10+: the kernel follows no symlink under it), or whose mount the
-   * gateway cannot see (remote mode, a failed walk): a link a tenant plants there between
-   * the gateway's walk and the runtime's mount would be followed. Judged by rule
-   * `host-binds-symfollow` (issue 18, class 8).
-   */
-  linkFollowingHostPaths: string[]
-  /** A local-driver volume (created, or declared in a mount) whose options mount something from the host: a bind, a block device, an overlay of host directories. */
-  hostVolume: boolean
-  /**
-   * A local-driver volume of `type=tmpfs` (VolumeCreate's DriverOpts, a volume mount's
-   * DriverConfig options): host memory held as long as the volume exists, with or
-   * without a container, that no memory limit counts. Judged by rule `no-tmpfs-volumes`.
-   */
-  tmpfsVolume: boolean
-  /** Capabilities added, upper case without the CAP_ prefix (`ALL` stays `ALL`). */
-  capAdd: string[]
-  capDrop: string[]
-  /** Host devices (`Devices[].PathOnHost`). */
-  devices: string[]
-  /** GPU and other device requests, by driver (`nvidia`, or `*` when unnamed). */
-  deviceRequests: string[]
-  deviceCgroupRules: string[]
-  /** Namespace modes: `''` (private default), `host`, `container:<ref>`, `shareable`, `private`... */
-  namespaces: Namespaces
-  /** Security options as `key=value` (`seccomp=unconfined`, `label=disable`, `no-new-privileges=true`). */
-  securityOpt: string[]
-  /** Sysctl names. */
-  sysctls: string[]
-  runtime: string
-  /**
-   * Keys of the OCI annotations handed to the runtime (HostConfig.Annotations, API 1.43+;
-   * Podman's `annotations`): crun reads `run.oci.*` ones as settings of the container.
-   */
-  annotations: string[]
-  /** HostConfig.RestartPolicy.Name (Podman's restart_policy): `''` or `no` when the engine never restarts the container on its own. */
-  restartPolicy: string
-  cgroupParent: string
-  volumesFrom: string[]
-  links: string[]
-  /** Exec user (`''` = the container's default user). */
-  user: string
-  /** Memory limit in bytes, CPU limit in nano-CPUs, PID limit (0 = none given). */
-  memory: number
-  nanoCpus: number
-  pidsLimit: number
-  /** Build: network mode and extra hosts (query parameters of ImageBuild). */
-  buildNetwork: string
-  buildExtraHosts: string[]
-  /** Network create: driver. */
-  networkDriver: string
-  /** Plugin install/upgrade: privilege names granted. */
-  pluginPrivileges: string[]
-  /**
-   * Memory-backed mounts (HostConfig.Tmpfs, tmpfs Mounts, local volumes of type tmpfs):
-   * the bytes each may fill, 0 when nothing bounds it but the host's RAM (no size, a
-   * size of 0, a percentage of the host's memory, or a size the kernel would not read).
-   */
-  tmpfsSizes: number[]
-  /** Their mount options as given, by name (`size`, `mode`, `exec`, `suid`, `nr_inodes`...). */
-  tmpfsOptions: string[]
-  /**
-   * Options of bind and volume mounts as the engine reads them, by name (`ro`, `rprivate`,
-   * `nocopy`; on Podman also `O`, `upperdir`, `workdir`, `U`, `idmap`...): HostConfig.Binds'
-   * modes, Mounts' propagation, a SpecGenerator's mounts (other than tmpfs) and named
-   * volumes. A Mounts field that Podman's Docker-compatible API would split into more
-   * options (it joins them into one `--mount` string, docs/podman.md) is given whole.
-   * Judged by rule `mount-options` (an allow-list).
-   */
-  mountOptions: string[]
-  /** The sizes of a create's lists (ListCounts), judged by rule `request-size`; all 0 for other operations. */
-  counts: ListCounts
-  /** HostConfig.ShmSize in bytes (0: the engine's default). */
-  shmSize: number
-  /** Ulimits with lower-case names (the engine upper-cases them into RLIMIT_*); -1: unlimited. */
-  ulimits: Ulimit[]
-  oomKillDisable: boolean
-  oomScoreAdj: number
-  /** Relative CPU and block-IO weights (0: the engine's default). */
-  cpuShares: number
-  blkioWeight: number
-  /** Host devices named by block-IO weights and throttles (BlkioWeightDevice, BlkioDevice*). */
-  blkioDevices: string[]
-  cpuRealtimePeriod: number
-  cpuRealtimeRuntime: number
-  /** HostConfig.MemorySwap: memory plus swap in bytes, -1 unlimited swap, 0 the engine's default. */
-  memorySwap: number
-  /** Logging: the driver (`''`: the daemon's default), option names, and the disk it may fill. */
-  logDriver: string
-  logOptions: string[]
-  /** Bytes per log file; 0 when nothing bounds it (json-file without max-size, or unreadable). */
-  logMaxSize: number
-  /** Number of log files kept (json-file 1, local 5 by default); -1 when unreadable. */
-  logMaxFile: number
-  /** Volume drivers named (VolumeCreate Driver, HostConfig.VolumeDriver, mounts' DriverConfig), when given. */
-  volumeDrivers: string[]
-  /** A service's task runtime: `container` (or `''`), `plugin`, `attachment`. */
-  serviceRuntime: string
-  /** A secret's external driver (a plugin the swarm manager calls), `''` when none. */
-  secretDriver: string
-}
+export const NamespacesSchema = Type.Object({
+  network: Type.String({ description: 'network namespace mode' }),
+  pid: Type.String({ description: 'PID namespace mode' }),
+  ipc: Type.String({ description: 'IPC namespace mode' }),
+  uts: Type.String({ description: 'UTS namespace mode' }),
+  userns: Type.String({ description: 'user namespace mode' }),
+  cgroupns: Type.String({ description: 'cgroup namespace mode' }),
+}, { $id: 'namespaces' })
 
-export interface Ulimit { name: string, soft: number, hard: number }
+export const UlimitSchema = Type.Object({
+  name: Type.String({ description: 'lower-case name (`nofile`)' }),
+  soft: Type.Number({ description: 'soft limit; -1 unlimited' }),
+  hard: Type.Number({ description: 'hard limit; -1 unlimited' }),
+}, { $id: 'ulimit' })
 
 /**
  * How much engine work one create asks for, per list (rule `request-size`): one request
  * publishing a large port range stalled Podman for every tenant for over a minute.
  */
-export interface ListCounts {
-  /** Published and exposed ports, ranges expanded (ExposedPorts, PortBindings with host ranges; portmappings' range, expose). */
-  ports: number
-  /** Mounts of every kind (Binds, Mounts, Tmpfs, Volumes; mounts, volumes, overlay and image volumes). */
-  mounts: number
-  /** Environment entries (Env; env, unsetenv). */
-  env: number
-  /** Devices, device cgroup rules and requests. */
-  devices: number
-  /** Extra /etc/hosts entries (ExtraHosts; hostadd). */
-  hosts: number
-  /** DNS servers, searches and options. */
-  dns: number
-  ulimits: number
-  /** Labels and annotations. */
-  labels: number
-}
+export const ListCountsSchema = Type.Object({
+  ports: Type.Number({ description: 'published and exposed ports, ranges expanded' }),
+  mounts: Type.Number({ description: 'mounts of every kind' }),
+  env: Type.Number({ description: 'environment entries' }),
+  devices: Type.Number({ description: 'devices, device cgroup rules and requests' }),
+  hosts: Type.Number({ description: 'extra /etc/hosts entries' }),
+  dns: Type.Number({ description: 'DNS servers, searches and options' }),
+  ulimits: Type.Number({ description: 'ulimits' }),
+  labels: Type.Number({ description: 'labels and annotations' }),
+}, { $id: 'listCounts' })
+
+export const FactsSchema = Type.Object({
+  privileged: bool('A privileged container or exec.', 'HostConfig.Privileged (container), Privileged (exec); Podman: privileged'),
+  hostPaths: strings('Absolute host paths a container or volume would bind. Where the gateway shares the engine\'s filesystem, each is where the runtime\'s walk will end, every symlink followed; where it does not, or the walk cannot be made, the path as written, cleaned lexically.', 'HostConfig.Binds, bind HostConfig.Mounts, local volumes with o=bind (VolumeCreate DriverOpts, volume Mounts), service Mounts; Podman: mounts, volumes, rootfs, log path and other host files'),
+  unresolvedHostPaths: strings('The host paths among hostPaths whose symlinks the gateway could not follow, cleaned lexically: a link anywhere in one could lead anywhere.', 'as hostPaths'),
+  linkFollowingHostPaths: strings('The host paths (as in hostPaths) that do not lie on a mount with the `nosymfollow` option (Linux 5.10+: the kernel follows no symlink under it), or whose mount the gateway cannot see (remote mode, a failed walk): a link a tenant plants there between the gateway\'s walk and the runtime\'s mount would be followed.', 'as hostPaths, and /proc/self/mountinfo'),
+  tmpfsVolume: bool('A local-driver volume of `type=tmpfs`: host memory held as long as the volume exists, with or without a container, that no memory limit counts.', 'VolumeCreate DriverOpts, a volume mount\'s VolumeOptions.DriverConfig.Options; Podman: VolumeCreateLibpod Options'),
+  hostVolume: bool('A local-driver volume whose options mount something from the host: a bind, a block device, an overlay of host directories.', 'VolumeCreate Driver/DriverOpts, volume Mounts\' VolumeOptions.DriverConfig'),
+  capAdd: strings('Capabilities added, upper case without the CAP_ prefix (`ALL` stays `ALL`).', 'HostConfig.CapAdd, service ContainerSpec.CapabilityAdd; Podman: cap_add'),
+  capDrop: strings('Capabilities dropped, spelt as capAdd.', 'HostConfig.CapDrop, service ContainerSpec.CapabilityDrop; Podman: cap_drop'),
+  devices: strings('Host devices.', 'HostConfig.Devices[].PathOnHost; Podman: devices'),
+  deviceRequests: strings('GPU and other device requests, by driver (`nvidia`, or `*` when unnamed).', 'HostConfig.DeviceRequests[].Driver'),
+  deviceCgroupRules: strings('Device cgroup rules.', 'HostConfig.DeviceCgroupRules'),
+  namespaces: Type.Object(NamespacesSchema.properties, { description: 'Namespace modes: `\'\'` (private default), `host`, `container:<ref>`, `shareable`, `private`...', source: 'HostConfig.NetworkMode, PidMode, IpcMode, UTSMode, UsernsMode, CgroupnsMode; a service\'s host network; Podman: netns, pidns, ipcns, utsns, userns, cgroupns' }),
+  securityOpt: strings('Security options as `key=value` (`seccomp=unconfined`, `label=disable`, `no-new-privileges=true`); `systempaths=custom` for explicit MaskedPaths/ReadonlyPaths.', 'HostConfig.SecurityOpt, MaskedPaths, ReadonlyPaths; service ContainerSpec.Privileges; Podman: seccomp, apparmor, selinux options'),
+  sysctls: strings('Sysctl names.', 'HostConfig.Sysctls, service ContainerSpec.Sysctls; Podman: sysctl'),
+  runtime: text('The OCI runtime.', 'HostConfig.Runtime; Podman: oci_runtime'),
+  annotations: strings('Keys of the OCI annotations handed to the runtime: crun reads `run.oci.*` ones as settings of the container.', 'HostConfig.Annotations (API 1.43+); Podman: annotations'),
+  restartPolicy: text('The restart policy: `\'\'` or `no` when the engine never restarts the container on its own.', 'HostConfig.RestartPolicy.Name; Podman: restart_policy'),
+  cgroupParent: text('The cgroup parent.', 'HostConfig.CgroupParent; ImageBuild cgroupparent; Podman: cgroup_parent'),
+  volumesFrom: strings('Containers whose volumes are mounted.', 'HostConfig.VolumesFrom; Podman: volumes_from'),
+  links: strings('Legacy links.', 'HostConfig.Links'),
+  user: text('The user a container or exec runs as (`\'\'`: the image\'s default).', 'User (container, exec), service ContainerSpec.User; Podman: user'),
+  memory: num('Memory limit in bytes (0: none given).', 'HostConfig.Memory, service Resources.Limits.MemoryBytes, ImageBuild memory'),
+  nanoCpus: num('CPU limit in nano-CPUs (0: none given).', 'HostConfig.NanoCpus or CpuQuota/CpuPeriod, service Resources.Limits.NanoCPUs'),
+  pidsLimit: num('PID limit (0: none given, negative: unlimited).', 'HostConfig.PidsLimit, service Resources.Limits.Pids'),
+  buildNetwork: text('A build\'s network mode.', 'ImageBuild networkmode'),
+  buildExtraHosts: strings('A build\'s extra hosts.', 'ImageBuild extrahosts'),
+  networkDriver: text('A created network\'s driver (`bridge` when none is named).', 'NetworkCreate Driver'),
+  pluginPrivileges: strings('Privilege names granted to a plugin.', 'PluginPull, PluginUpgrade body [].Name'),
+  tmpfsSizes: numbers('Memory-backed mounts: the bytes each may fill, 0 when nothing bounds it but the host\'s RAM.', 'HostConfig.Tmpfs, tmpfs Mounts, local volumes of type tmpfs'),
+  tmpfsOptions: strings('Memory-backed mounts\' options as given, by name (`size`, `mode`, `exec`, `suid`, `nr_inodes`...).', 'as tmpfsSizes'),
+  mountOptions: strings('Options of bind and volume mounts as the engine reads them, by name (`ro`, `rprivate`, `nocopy`; on Podman also `O`, `upperdir`, `workdir`, `U`, `idmap`...). A Mounts field that Podman\'s Docker-compatible API would split into more options is given whole.', 'HostConfig.Binds modes, Mounts[].BindOptions.Propagation; Podman: mounts[].options (other than tmpfs), volumes[].Options'),
+  counts: Type.Object(ListCountsSchema.properties, { description: 'The sizes of a create\'s lists; all 0 for other operations.', source: 'ExposedPorts, PortBindings (ranges expanded), Binds, Mounts, Tmpfs, Volumes, Env, Devices, DeviceCgroupRules, DeviceRequests, ExtraHosts, Dns*, Ulimits, Labels, Annotations; Podman: portmappings, expose, mounts, volumes, env, devices, hostadd, dns_*, r_limits, labels' }),
+  shmSize: num('/dev/shm size in bytes (0: the engine\'s default).', 'HostConfig.ShmSize; Podman: shm_size'),
+  ulimits: Type.Array(Type.Object(UlimitSchema.properties), { description: 'Ulimits with lower-case names (the engine upper-cases them into RLIMIT_*); -1: unlimited.', source: 'HostConfig.Ulimits, service ContainerSpec.Ulimits; Podman: r_limits' }),
+  oomKillDisable: bool('The OOM killer disabled for the container.', 'HostConfig.OomKillDisable'),
+  oomScoreAdj: num('OOM score adjustment.', 'HostConfig.OomScoreAdj, service ContainerSpec.OomScoreAdj'),
+  cpuShares: num('Relative CPU weight (0: the engine\'s default).', 'HostConfig.CpuShares'),
+  blkioWeight: num('Relative block-IO weight (0: the engine\'s default).', 'HostConfig.BlkioWeight'),
+  blkioDevices: strings('Host devices named by block-IO weights and throttles.', 'HostConfig.BlkioWeightDevice, BlkioDeviceReadBps, BlkioDeviceWriteBps, BlkioDeviceReadIOps, BlkioDeviceWriteIOps'),
+  cpuRealtimePeriod: num('Real-time CPU period.', 'HostConfig.CpuRealtimePeriod'),
+  cpuRealtimeRuntime: num('Real-time CPU runtime.', 'HostConfig.CpuRealtimeRuntime'),
+  memorySwap: num('Memory plus swap in bytes, -1 unlimited swap, 0 the engine\'s default.', 'HostConfig.MemorySwap'),
+  logDriver: text('The logging driver (`\'\'`: the daemon\'s default).', 'HostConfig.LogConfig.Type, service TaskTemplate.LogDriver.Name'),
+  logOptions: strings('The logging driver\'s option names.', 'HostConfig.LogConfig.Config, service TaskTemplate.LogDriver.Options'),
+  logMaxSize: num('Bytes per log file; 0 when nothing bounds it (json-file without max-size, or unreadable).', 'the log options\' max-size'),
+  logMaxFile: num('Number of log files kept (json-file 1, local 5 by default); -1 when unreadable.', 'the log options\' max-file'),
+  volumeDrivers: strings('Volume drivers named, when given.', 'VolumeCreate Driver, HostConfig.VolumeDriver, Mounts\' VolumeOptions.DriverConfig.Name'),
+  serviceRuntime: text('A service\'s task runtime: `container` (or `\'\'`), `plugin`, `attachment`.', 'ServiceCreate/ServiceUpdate TaskTemplate.Runtime, PluginSpec, NetworkAttachmentSpec'),
+  secretDriver: text('A secret\'s external driver (a plugin the swarm manager calls), `\'\'` when none.', 'SecretCreate/SecretUpdate Driver.Name'),
+})
+
+/** The rest of `r.obj`: the request itself, beside the facts derived from it. */
+export const RequestSchema = Type.Object({
+  op: text('The operation id (`ContainerCreate`).', 'the route'),
+  kind: text('The resource kind (`container`).', 'the route'),
+  resource: text('The resource named in the path, as given.', 'the path'),
+  query: Type.Record(Type.String(), Type.String(), { description: 'Query parameters, the first value of each.', source: 'the query string' }),
+  body: Type.Unknown({ description: 'The decoded body after rewrites, unchecked below this name: prefer a fact.', source: 'the body' }),
+})
+
+export type Namespaces = Static<typeof NamespacesSchema>
+export type Ulimit = Static<typeof UlimitSchema>
+export type Facts = Static<typeof FactsSchema>
+export type ListCounts = Static<typeof ListCountsSchema>
 
 export interface PolicyInput extends Facts {
   readonly op: string

@@ -122,3 +122,25 @@ export const conditionFunctions = {
     return keys.some((k) => !privateNamespace(k, String(modes[k] ?? '')))
   },
 } as const
+
+/**
+ * The type of each function's arguments and result, for the compile-time check of
+ * conditions (conditions.ts): `list<string>`, `list<number>`, `list<ulimit>`, `list`
+ * (any list), `namespaces`, `string`, `number`, `boolean`, `any`; a trailing `?` marks
+ * an optional argument. Every function above must have one (a test checks both ways).
+ */
+export const functionSignatures: { readonly [K in keyof typeof conditionFunctions]: { readonly args: readonly string[], readonly returns: string } } = {
+  member: { args: ['list<string>', 'string'], returns: 'boolean' },
+  anyOutside: { args: ['list<string>', 'string'], returns: 'boolean' },
+  anyIn: { args: ['list<string>', 'string'], returns: 'boolean' },
+  anyNotIn: { args: ['list<string>', 'string'], returns: 'boolean' },
+  anyStartsWith: { args: ['list<string>', 'string'], returns: 'boolean' },
+  anyNotPrefixed: { args: ['list<string>', 'string'], returns: 'boolean' },
+  startsWith: { args: ['string', 'string'], returns: 'boolean' },
+  count: { args: ['list'], returns: 'number' },
+  anyNotBetween: { args: ['list<number>', 'number', 'number'], returns: 'boolean' },
+  ulimitsOutside: { args: ['list<ulimit>', 'string'], returns: 'boolean' },
+  isRoot: { args: ['string'], returns: 'boolean' },
+  sharedNamespace: { args: ['namespaces', 'string?'], returns: 'boolean' },
+  countsOver: { args: ['counts', 'string'], returns: 'boolean' },
+}

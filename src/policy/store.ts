@@ -11,9 +11,30 @@
  * under its lock before anything is written.
  */
 import fs from 'node:fs'
+import path from 'node:path'
 import type { Logger } from 'pino'
 import { loadPolicy, PolicyError, readEnforceFileLines, readModelText, sortLines, type Policy, type PolicyLine } from './engine'
 import { asStored, DatabaseError, PolicyDatabase, type DatabaseSettings } from './database'
+import { runFixturesOn } from './tool'
+
+export interface StoreOptions {
+  /** Run the directory's fixtures (tests/*.yaml) against a new policy before it replaces the running one (default true). */
+  readonly reloadTests?: boolean
+}
+
+/** How many added or removed lines a reload's log line lists (the counts are always given). */
+const DIFF_LISTED = 200
+
+/** The lines of `next` not in `prev` and those of `prev` not in `next`, as written in a policy file. */
+export function lineDiff (prev: readonly PolicyLine[], next: readonly PolicyLine[]): { added: string[], removed: string[] } {
+  const key = (l: PolicyLine): string => JSON.stringify(l)
+  const had = new Set(prev.map(key))
+  const has = new Set(next.map(key))
+  return {
+    added: next.filter((l) => !had.has(key(l))).map((l) => l.join(', ')),
+    removed: prev.filter((l) => !has.has(key(l))).map((l) => l.join(', ')),
+  }
+}
 
 export interface ReloadResult { readonly ok: boolean, readonly version: string, readonly problems?: readonly string[] }
 
@@ -37,7 +58,7 @@ export class PolicyStore {
   /** Called after every reload attempt (metrics hook). */
   onReload: (r: ReloadResult) => void = () => {}
 
-  private constructor (readonly dir: string, policy: Policy, private readonly log: Logger, readonly database: PolicyDatabase | null) {
+  private constructor (readonly dir: string, policy: Policy, private readonly log: Logger, readonly database: PolicyDatabase | null, private readonly options: StoreOptions = {}) {
     this.policy = policy
     this.warn(policy)
   }
@@ -52,8 +73,8 @@ export class PolicyStore {
    * start), so is an unreachable database. An empty database table is seeded from the
    * directory's enforce file first.
    */
-  static async open (dir: string, log: Logger, database?: DatabaseSettings): Promise<PolicyStore> {
-    if (!database) return new PolicyStore(dir, await loadPolicy(dir), log, null)
+  static async open (dir: string, log: Logger, database?: DatabaseSettings, options: StoreOptions = {}): Promise<PolicyStore> {
+    if (!database) return new PolicyStore(dir, await loadPolicy(dir), log, null, options)
     const modelText = readModelText(dir)
     const seed = await readEnforceFileLines(dir)
     const stored = asStored(modelText, seed.lines)
@@ -67,7 +88,7 @@ export class PolicyStore {
       let early = false
       await db.watch(() => { if (store) void store.reload(); else early = true })
       const policy = await loadPolicy(dir, { name: DATABASE_SOURCE, lines: await db.read() })
-      store = new PolicyStore(dir, policy, log, db)
+      store = new PolicyStore(dir, policy, log, db, options)
       if (early) void store.reload()
       return store
     } catch (err) {
@@ -82,8 +103,22 @@ export class PolicyStore {
   get sourceHealthy (): boolean { return this.database?.healthy ?? true }
 
   private async compile (): Promise<Policy> {
-    if (!this.database) return await loadPolicy(this.dir)
-    return await loadPolicy(this.dir, { name: DATABASE_SOURCE, lines: await this.database.read() })
+    const next = this.database
+      ? await loadPolicy(this.dir, { name: DATABASE_SOURCE, lines: await this.database.read() })
+      : await loadPolicy(this.dir)
+    await this.gate(next)
+    return next
+  }
+
+  /**
+   * A policy that compiles can still be weaker than the running one (a deny line
+   * removed, a condition turned around): the directory's fixtures must pass against it
+   * before it is used. Throws a PolicyError naming every failed fixture.
+   */
+  private async gate (next: Policy): Promise<void> {
+    if (this.options.reloadTests === false || next.version === this.policy.version) return
+    const run = await runFixturesOn(next, path.join(this.dir, 'tests'))
+    if (run.failed) throw new PolicyError(this.dir, run.failures.map((f) => `fixture ${f}`))
   }
 
   /**
@@ -107,7 +142,10 @@ export class PolicyStore {
         result = { ok: true, version: this.swap(next, 'policy reloaded') }
       } catch (err) {
         const problems = err instanceof PolicyError ? [...err.problems] : [(err as Error).message]
-        this.log.error({ policyVersion: this.policy.version, problems }, 'policy reload failed; keeping the running policy')
+        const fixtures = problems.filter((p) => p.startsWith('fixture '))
+        this.log.error({ policyVersion: this.policy.version, problems }, fixtures.length
+          ? `policy reload failed: ${fixtures.length} fixture${fixtures.length > 1 ? 's' : ''} fail against the new policy; keeping the running policy`
+          : 'policy reload failed; keeping the running policy')
         result = { ok: false, version: this.policy.version, problems }
       }
       this.onReload(result)
@@ -118,9 +156,18 @@ export class PolicyStore {
 
   private swap (next: Policy, what: string): string {
     const changed = next.version !== this.policy.version
+    const { added, removed } = lineDiff(this.policy.lines, next.lines)
     this.policy = next
     if (changed) {
-      this.log.info({ policyVersion: next.version, source: next.source }, what)
+      // What changed, line by line: an edit that drops a deny line is seen in the log.
+      this.log.info({
+        policyVersion: next.version,
+        source: next.source,
+        linesAdded: added.length,
+        linesRemoved: removed.length,
+        added: added.slice(0, DIFF_LISTED),
+        removed: removed.slice(0, DIFF_LISTED),
+      }, what)
       this.warn(next)
     }
     return next.version
@@ -166,6 +213,8 @@ export class PolicyStore {
       let policy: Policy
       try {
         policy = await loadPolicy(this.dir, { name: DATABASE_SOURCE, lines: sortLines(after) })
+        // The other replicas would refuse it on their reload: refuse it here, before it is written.
+        await this.gate(policy)
       } catch (err) {
         if (err instanceof PolicyError) throw new PolicyChangeError(err.problems)
         throw err
