@@ -17,6 +17,7 @@
  * dist/test/differential-podman.test.js` runs longer (with a random seed, unless
  * PCX_DIFF_SEED is given).
  */
+import { execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import http from 'node:http'
@@ -45,7 +46,10 @@ t.setTimeout(900_000)
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcpd-'))
 // The tenants' allowed bind directory (the shipped policy's /srv/portcullis/<tenant>, here under /tmp).
+// It is a nosymfollow mount, as the shipped policy requires of bind sources (rule
+// host-binds-symfollow: no link planted there is ever followed).
 const ROOT = fs.mkdtempSync('/tmp/pcpd-allowed-')
+if (process.getuid?.() === 0) execFileSync('mount', ['-t', 'tmpfs', '-o', 'nosymfollow,mode=0755,size=64m', 'pcpd-binds', ROOT])
 const ALLOWED = path.join(ROOT, TA)
 fs.mkdirSync(path.join(ALLOWED, 'o'), { recursive: true })
 // A host directory outside it, standing for any other (another tenant's volume, /etc...).
@@ -143,6 +147,7 @@ if (process.getuid?.() !== 0 || !podmanAvailable()) {
   t.teardown(async () => {
     await gw?.close()
     if (pm) await stopPodman(pm)
+    try { execFileSync('umount', [ROOT]) } catch {}
     for (const d of [tmp, ROOT, OUTSIDE]) fs.rmSync(d, { recursive: true, force: true })
     t.comment(`test/differential-podman.test.ts: ${((Date.now() - started) / 1000).toFixed(1)} s`)
   })
