@@ -188,6 +188,7 @@ function listenerSummary (l: ListenerConfig): JsonObject {
     out['identity'] = id
   }
   if (l.anonymous !== undefined) out['anonymous'] = l.anonymous
+  if (l.activated !== undefined) out['systemd'] = { fd: l.activated.fd, name: l.activated.name }
   return out
 }
 
