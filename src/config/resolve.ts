@@ -276,7 +276,10 @@ function activatedListener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSoc
     ctx.problem(at.k('anonymous'), 'cannot be true on a listener that has a fixed identity')
     ok = false
   }
-  const matching = passed.filter((p) => p.name === name)
+  // `config check` (no environment given) checks the entry, not what systemd will pass.
+  const matching = ctx.opts.upstream?.env === undefined
+    ? [{ fd: -1, name, kind: m.tls === undefined ? 'unix' : 'tcp', path: '' } as const]
+    : passed.filter((p) => p.name === name)
   if (matching.length !== 1) {
     ctx.problem(at.k('systemd'), matching.length === 0
       ? `no socket named "${name}" was passed (LISTEN_FDNAMES: ${passed.length ? passed.map((p) => p.name).join(':') : 'none'}); start the gateway through its .socket unit, or name the socket with FileDescriptorName=`
