@@ -119,7 +119,7 @@ export function readSettings (env: Env): { settings: SocketProxySettings, proble
 /** A request path for the operation, as a client sends it (path parameters filled in). */
 export function examplePath (op: Operation, version: string | null): string {
   const p = op.path.replace(/\{(\w+)\*?\}/g, (_m, name: string) => `${name}1`)
-  if (op.libpod === true) return `/v4.3.1/libpod${p}`
+  if (op.libpod === true) return `/v4.3.1${p}`
   return version === null ? p : `/v${version}${p}`
 }
 
