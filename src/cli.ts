@@ -14,7 +14,7 @@ import fs from 'node:fs'
 import { parseArgs } from 'node:util'
 import jwt from 'jsonwebtoken'
 import pino from 'pino'
-import { ConfigError, configWarnings, defaultConfig, loadConfig, type CommandLine, type Config } from './config'
+import { ConfigError, configWarnings, defaultConfig, dropInRequested, loadConfig, SOCKET_PROXY_SWITCHES, socketProxyConfig, type CommandLine, type Config } from './config'
 import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
 import { loadPolicy, PolicyError } from './policy/engine'
@@ -206,8 +206,17 @@ async function serve (args: string[]): Promise<number> {
     cwd: process.cwd(),
   }
   let config: Config
+  // Without a config file, docker-socket-proxy's variables (config/socket-proxy.ts) make one.
+  let dropIn: ReturnType<typeof socketProxyConfig> | null = null
   try {
-    config = configFrom(file, upstream)
+    const wanted = dropInRequested(process.env)
+    if (wanted.problem !== undefined) throw new ConfigError([wanted.problem], null)
+    if (!file && wanted.requested) {
+      dropIn = socketProxyConfig(process.env, { upstream })
+      config = dropIn.config
+    } else {
+      config = configFrom(file, upstream)
+    }
   } catch (err) {
     return reportConfigError(err)
   }
@@ -216,6 +225,14 @@ async function serve (args: string[]): Promise<number> {
   const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
   const log = pino({ level: config.log.level, base: { service: 'portcullis' } }, destination)
   setInterval(() => { destination.flush() }, 250).unref()
+  if (dropIn) {
+    const on = SOCKET_PROXY_SWITCHES.filter((v) => dropIn.settings.switches[v])
+    log.warn({ dropIn: 'docker-socket-proxy', given: dropIn.settings.given, switchedOn: on, listen: dropIn.settings.listen, policyDir: dropIn.policyDir, policy: dropIn.lines },
+      `docker-socket-proxy drop-in: no config file, its variables make the policy (switched on: ${on.join(', ') || 'none'}); requests on ${dropIn.settings.listen} are NOT authenticated`)
+  } else if (file) {
+    const ignored = SOCKET_PROXY_SWITCHES.filter((v) => process.env[v] !== undefined)
+    if (ignored.length) log.warn({ ignored }, 'docker-socket-proxy variables are ignored: a config file is given')
+  }
   process.once('exit', () => { destination.flushSync() })
   const gateway = await startGateway(config, log).catch((err: Error) => {
     log.fatal({ err: { message: err.message } }, 'cannot start')

@@ -13,6 +13,7 @@ import { formatHostPort } from './addresses'
 import { errorCode } from './files'
 import { validate, type UpstreamOverrides } from './resolve'
 import { AUDIT_DEFAULTS, DEFAULT_LISTENERS, RATE_PER_DEFAULT } from './schema'
+import { configDocument, readSettings, writePolicyDir, type SocketProxySettings } from './socket-proxy'
 import type { Config, JsonObject, JsonValue, ListenerConfig, RoleRatesConfig, TlsFiles, UpstreamConfig } from './types'
 
 export type {
@@ -136,6 +137,28 @@ export function defaultConfig (cwd: string = process.cwd(), upstream?: CommandLi
   return deepFreeze(config)
 }
 
+// --- docker-socket-proxy drop-in (socket-proxy.ts) ----------------------------------
+
+export { dropInRequested, SWITCHES as SOCKET_PROXY_SWITCHES, type SocketProxySettings } from './socket-proxy'
+
+/**
+ * The configuration docker-socket-proxy's variables in `env` describe, with the policy
+ * derived from them written to a new directory (`policyDir`; `lines` are its allow
+ * lines). `listen` replaces port 2375 (tests), `metricsListen` the metrics and
+ * /healthz listener (default 127.0.0.1:9102; '' for none). Throws ConfigError listing
+ * every variable with a value that project would not read as written.
+ */
+export function socketProxyConfig (env: { readonly [key: string]: string | undefined }, opts: { cwd?: string, upstream?: UpstreamOverrides, listen?: string, metricsListen?: string, policyBase?: string } = {}): { config: Config, settings: SocketProxySettings, policyDir: string, lines: string[] } {
+  const read = readSettings(env)
+  if (read.problems.length > 0) throw new ConfigError(read.problems.map((p) => `docker-socket-proxy variables: ${p}`), null)
+  const settings = opts.listen === undefined ? read.settings : { ...read.settings, listen: opts.listen }
+  const { dir, lines } = writePolicyDir(settings, opts.policyBase)
+  const doc = configDocument(settings, dir, opts.metricsListen ?? '127.0.0.1:9102')
+  const { config, problems } = validate(doc, null, { baseDir: resolve(opts.cwd ?? process.cwd()), ...(opts.upstream !== undefined ? { upstream: opts.upstream } : {}) })
+  if (problems.length > 0) throw new ConfigError(problems, null)
+  return { config: deepFreeze(config), settings, policyDir: dir, lines }
+}
+
 /**
  * Reads, parses and validates a YAML config file. Throws ConfigError listing every
  * problem. `upstream`: `--upstream` (replaces the file's) and DOCKER_HOST (used when
@@ -223,6 +246,7 @@ function listenerSummary (l: ListenerConfig): JsonObject {
     out['identity'] = id
   }
   if (l.anonymous !== undefined) out['anonymous'] = l.anonymous
+  if (l.activated !== undefined) out['systemd'] = { fd: l.activated.fd, name: l.activated.name }
   return out
 }
 

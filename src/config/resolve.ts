@@ -30,7 +30,8 @@ import {
 import { At, compile, shown, type SchemaProblem } from './problems'
 import * as S from './schema'
 import { BODY_MEMORY_FACTOR, BUFFERED_BYTES_DEFAULT } from './schema'
-import type { AuditConfig, Config, JwtConfig, ListenerConfig, LoadedTls, MtlsMappingConfig, UpstreamConfig, UpstreamSource } from './types'
+import { passedSockets, type PassedSocket } from './activation'
+import type { AuditConfig, Config, FixedIdentity, JwtConfig, ListenerConfig, LoadedTls, MtlsMappingConfig, UpstreamConfig, UpstreamSource } from './types'
 
 export interface ValidateOptions {
   /** Directory relative paths are resolved against. */
@@ -215,12 +216,13 @@ function group (ctx: Ctx, at: At, v: string | number): { group?: string, gid: nu
 
 type ListenerFile = Static<typeof S.Listener>
 
-function listener (ctx: Ctx, at: At, m: ListenerFile): ListenerConfig | undefined {
+function listener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSocket[]): ListenerConfig | undefined {
   if (!ctx.usable(at)) return
+  if (m.systemd !== undefined) return activatedListener(ctx, at, m, passed)
   const hasUnix = m.unix !== undefined
   const hasTcp = m.tcp !== undefined
   if (hasUnix && hasTcp) ctx.problem(at, 'give exactly one of unix or tcp, not both')
-  if (!hasUnix && !hasTcp) ctx.problem(at, 'missing unix: <socket path> or tcp: <host:port>')
+  if (!hasUnix && !hasTcp) ctx.problem(at, 'missing unix: <socket path>, tcp: <host:port> or systemd: <socket name>')
   let ok = hasUnix !== hasTcp && ['name', 'identity', 'anonymous'].every((k) => ctx.ok(at.k(k)))
   if (m.identity !== undefined && m.anonymous === true) {
     ctx.problem(at.k('anonymous'), 'cannot be true on a listener that has a fixed identity')
@@ -256,14 +258,83 @@ function listener (ctx: Ctx, at: At, m: ListenerFile): ListenerConfig | undefine
   return { kind: 'tcp', name: m.name ?? `tcp:${formatHostPort(addr)}`, ...addr, ...(t ? { tls: t } : {}), ...common }
 }
 
-function listeners (ctx: Ctx, list: ListenerFile[]): ListenerConfig[] {
+// --- socket activation (activation.ts) ---------------------------------------------
+
+/** A `systemd: NAME` entry: the passed socket of that name, with the entry's name, identity and TLS. */
+function activatedListener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSocket[]): ListenerConfig | undefined {
+  const name = m.systemd ?? ''
+  let ok = ['name', 'identity', 'anonymous'].every((k) => ctx.ok(at.k(k)))
+  for (const key of ['unix', 'tcp', 'mode', 'group'] as const) {
+    if (m[key] !== undefined) {
+      ctx.problem(at.k(key), key === 'mode' || key === 'group'
+        ? 'not allowed with systemd: the socket unit sets the owner and mode (SocketUser=, SocketGroup=, SocketMode=)'
+        : 'give exactly one of unix, tcp or systemd')
+      ok = false
+    }
+  }
+  if (m.identity !== undefined && m.anonymous === true) {
+    ctx.problem(at.k('anonymous'), 'cannot be true on a listener that has a fixed identity')
+    ok = false
+  }
+  // `config check` (no environment given) checks the entry, not what systemd will pass.
+  const matching = ctx.opts.upstream?.env === undefined
+    ? [{ fd: -1, name, kind: m.tls === undefined ? 'unix' : 'tcp', path: '' } as const]
+    : passed.filter((p) => p.name === name)
+  if (matching.length !== 1) {
+    ctx.problem(at.k('systemd'), matching.length === 0
+      ? `no socket named "${name}" was passed (LISTEN_FDNAMES: ${passed.length ? passed.map((p) => p.name).join(':') : 'none'}); start the gateway through its .socket unit, or name the socket with FileDescriptorName=`
+      : `${matching.length} passed sockets are named "${name}"; give each its own FileDescriptorName=`)
+    return
+  }
+  const p = matching[0]!
+  if (m.tls !== undefined && p.kind !== 'tcp') {
+    ctx.problem(at.k('tls'), `only allowed on tcp listeners; the socket named "${name}" is a unix socket`)
+    ok = false
+  }
+  const t = m.tls === undefined ? undefined : tls(ctx, at.k('tls'), m.tls)
+  if (!ok || (m.tls !== undefined && t === undefined)) return
+  return passedListener(p, m.name ?? `systemd:${name}`, {
+    ...(m.identity ? { identity: m.identity } : {}),
+    ...(m.anonymous !== undefined ? { anonymous: m.anonymous } : {}),
+    ...(t ? { tls: t } : {}),
+  })
+}
+
+function passedListener (p: PassedSocket, name: string, extra: { identity?: FixedIdentity, anonymous?: boolean, tls?: LoadedTls }): ListenerConfig {
+  const activated = { fd: p.fd, name: p.name }
+  const { tls: t, ...common } = extra
+  return p.kind === 'unix'
+    ? { kind: 'unix', name, path: p.path, activated, ...common }
+    // The address is known once listening (Listening.address); 0 keeps it out of the conflict checks.
+    : { kind: 'tcp', name, host: '', port: 0, activated, ...common, ...(t ? { tls: t } : {}) }
+}
+
+/**
+ * With no `listen` in the configuration and sockets passed, the gateway serves on
+ * exactly those, each as the built-in default listener of its kind would: a unix
+ * socket acts as the user running the gateway with role admin (the socket unit's
+ * SocketMode=/SocketGroup= decide who may connect), a TCP socket needs a bearer token.
+ */
+function defaultActivatedListeners (passed: PassedSocket[]): ListenerConfig[] {
+  const unixDefault = S.DEFAULT_LISTENERS.find((l) => l.unix !== undefined)
+  return passed.map((p) => passedListener(p, `systemd:${p.name}`, p.kind === 'unix' && unixDefault?.identity ? { identity: unixDefault.identity } : {}))
+}
+
+function listeners (ctx: Ctx, list: ListenerFile[], listenGiven: boolean): ListenerConfig[] {
   const at = new At(['listen'])
   if (!ctx.usable(at)) return []
+  const activation = passedSockets(ctx.opts.upstream?.env ?? {})
+  if (activation.problem !== undefined) ctx.problem(at, `socket activation: ${activation.problem}`)
+  const passed = activation.sockets
+  if (!listenGiven && passed.length > 0) return defaultActivatedListeners(passed)
+  for (const p of passed) {
+    if (!list.some((entry) => entry.systemd === p.name)) ctx.problem(at, `the socket "${p.name}" (fd ${p.fd}) passed by systemd is used by no listener; add one with systemd: ${p.name}`)
+  }
   const out: ListenerConfig[] = []
   const names = new Map<string, number>()
   const addresses = new Map<string, number>()
   list.forEach((entry, i) => {
-    const l = listener(ctx, at.i(i), entry)
+    const l = listener(ctx, at.i(i), entry, passed)
     if (l === undefined) return
     // Several unnamed listeners may ask for port 0; their default names must still differ.
     if (l.kind === 'tcp' && l.port === 0 && entry.name === undefined) l.name = `${l.name}#${i}`
@@ -272,7 +343,7 @@ function listeners (ctx: Ctx, list: ListenerFile[]): ListenerConfig[] {
     if (first !== undefined) ctx.problem(at.i(i).k('name'), `duplicate listener name "${l.name}" (also used by listen[${first}])`)
     else names.set(l.name, i)
     // Port 0 asks the kernel for a free port, so two of them never clash.
-    if (l.kind === 'tcp' && l.port === 0) return
+    if ((l.kind === 'tcp' && l.port === 0) || l.activated) return
     const addr = l.kind === 'unix' ? `unix:${l.path}` : `tcp:${addressKey(l)}`
     const firstAddr = addresses.get(addr)
     if (firstAddr !== undefined) {
@@ -556,10 +627,12 @@ function metrics (ctx: Ctx, m: Static<typeof S.Metrics>): Config['metrics'] {
 export function validate (doc: { [key: string]: unknown }, source: string | null, opts: ValidateOptions): { config: Config, problems: string[] } {
   // A top-level section written with no value takes all its defaults.
   for (const key of S.SECTIONS) if (Object.hasOwn(doc, key) && doc[key] === null) delete doc[key]
+  // Before the schema fills in the default listeners: without a `listen`, passed sockets replace them.
+  const listenGiven = Object.hasOwn(doc, 'listen')
   const ctx = new Ctx(opts, checkFile(doc))
   const file = doc as S.ConfigFile
 
-  const listen = listeners(ctx, file.listen)
+  const listen = listeners(ctx, file.listen, listenGiven)
   const given = upstreamGiven(ctx, file.upstream)
   const up = upstream(ctx, given.at, given.value)
   const apiWindow = api(ctx, file.api)

@@ -103,6 +103,8 @@ const GROUP = 'a group name or a gid between 0 and 4294967294'
 export const Listener = Type.Object({
   unix: Type.Optional(Text()),
   tcp: Type.Optional(HostPort),
+  /** A socket passed by systemd socket activation, by its name (LISTEN_FDNAMES; activation.ts). */
+  systemd: Type.Optional(Text()),
   name: Type.Optional(Text({ pattern: PRINTABLE, messages: { pattern: 'must not contain control characters' } })),
   /** "0660", "660", "0o660", or a number; a YAML 0660 is read as written (resolve.ts). */
   mode: Type.Optional(Type.Union([Type.String(), Type.Integer()], { expected: EXPECTED_MODE })),

@@ -43,7 +43,13 @@ export type FixedIdentity = Static<typeof S.FixedIdentity>
 export type RatesConfig = Static<typeof S.Rates>
 export type RoleRatesConfig = Static<typeof S.RoleRates>
 
-interface ListenerCommon { name: string, identity?: FixedIdentity, anonymous?: boolean }
+interface ListenerCommon {
+  name: string
+  identity?: FixedIdentity
+  anonymous?: boolean
+  /** A listening socket passed by systemd (socket activation): served as is, never bound or chmod-ed here. */
+  activated?: { fd: number, name: string }
+}
 export interface UnixListenerConfig extends ListenerCommon {
   kind: 'unix'
   /** Absolute socket path, shorter than 108 bytes. */

@@ -102,6 +102,12 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
     const ctx = newContext(cfg.name, remoteOf(request.raw.socket, cfg), request.raw.method ?? '', request.raw.url ?? '')
     void handleRequest(deps, cfg, ctx, request.raw, reply.raw)
   })
+  if (cfg.activated) {
+    app.addHook('preClose', (done) => {
+      if (server?.listening === true) server.close()
+      done()
+    })
+  }
   await app.ready()
   if (!server) throw new Error('fastify did not create the server')
   const srv = server
@@ -115,6 +121,22 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
     const ctx = newContext(cfg.name, remoteOf(socket, cfg), req.method ?? '', req.url ?? '')
     void handleUpgrade(deps, cfg, ctx, req, socket, head)
   })
+  if (cfg.activated) {
+    // A socket passed by systemd is already bound, owned and chmod-ed by its unit:
+    // listening on the fd is all there is to do (Node's listen accepts `{ fd }`).
+    // Listened to here, not through app.listen (fastify's address log line cannot
+    // read a unix socket opened from an fd); closing it is then ours too.
+    const fd = cfg.activated.fd
+    await new Promise<void>((resolve, reject) => {
+      srv.once('error', reject)
+      srv.listen({ fd }, () => { srv.removeListener('error', reject); resolve() })
+    })
+    const addr = srv.address()
+    const address = typeof addr === 'string' || addr === null
+      ? `unix:${addr ?? (cfg.kind === 'unix' && cfg.path !== '' ? cfg.path : cfg.activated.name)}`
+      : `${addr.address.includes(':') ? `[${addr.address}]` : addr.address}:${addr.port}`
+    return { config: cfg, app, server: srv, address, destroyConnections }
+  }
   if (cfg.kind === 'unix') {
     await clearStaleSocket(cfg.path)
     // Created owner-only, then opened up to the configured mode and group: no moment
