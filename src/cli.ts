@@ -319,7 +319,7 @@ async function configCheck (args: string[]): Promise<number> {
   let config: Config
   try {
     // The engine as serve would find it without --upstream (the file's, else DOCKER_HOST...).
-    config = loadConfig(file, { env: { ...process.env }, cwd: process.cwd() })
+    config = loadConfig(file, { env: { ...process.env }, cwd: process.cwd(), checkOnly: true })
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stdout.write(`${file}: ${err.problems.length} problem${err.problems.length === 1 ? '' : 's'}\n${err.problems.map((p) => `  - ${p}`).join('\n')}\n`)

@@ -339,7 +339,7 @@ unknownKey: true
     `listen[3].tls.cert: file not readable: ${join(dir, 'missing-cert.pem')} (ENOENT)`,
     'listen[3].tls.ca: file not readable: /nonexistent/ca.pem (ENOENT)',
     'listen[4]: give exactly one of unix or tcp, not both',
-    'listen[5]: missing unix: <socket path> or tcp: <host:port>',
+    'listen[5]: missing unix: <socket path>, tcp: <host:port> or systemd: <socket name>',
     'upstream: unsupported scheme "ftp://" in "ftp://example.com:21", expected unix:// or tcp:// (http:// and https:// are also accepted)',
     'api.minVersion: must be between 1.24 and 1.56, got 1.10',
     'api.maxVersion: expected a version of the form 1.NN (e.g. "1.24"), got "2.0"',

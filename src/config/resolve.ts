@@ -56,6 +56,8 @@ export interface UpstreamOverrides {
   flag?: string
   env?: { [key: string]: string | undefined }
   cwd?: string
+  /** `config check`: systemd entries are checked for their shape, not against sockets this process was passed. */
+  checkOnly?: boolean
 }
 
 const checkFile = compile(S.ConfigFile)
@@ -277,7 +279,7 @@ function activatedListener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSoc
     ok = false
   }
   // `config check` (no environment given) checks the entry, not what systemd will pass.
-  const matching = ctx.opts.upstream?.env === undefined
+  const matching = ctx.opts.upstream?.env === undefined || ctx.opts.upstream.checkOnly === true
     ? [{ fd: -1, name, kind: m.tls === undefined ? 'unix' : 'tcp', path: '' } as const]
     : passed.filter((p) => p.name === name)
   if (matching.length !== 1) {
@@ -323,7 +325,7 @@ function defaultActivatedListeners (passed: PassedSocket[]): ListenerConfig[] {
 function listeners (ctx: Ctx, list: ListenerFile[], listenGiven: boolean): ListenerConfig[] {
   const at = new At(['listen'])
   if (!ctx.usable(at)) return []
-  const activation = passedSockets(ctx.opts.upstream?.env ?? {})
+  const activation = passedSockets(ctx.opts.upstream?.checkOnly === true ? {} : ctx.opts.upstream?.env ?? {})
   if (activation.problem !== undefined) ctx.problem(at, `socket activation: ${activation.problem}`)
   const passed = activation.sockets
   if (!listenGiven && passed.length > 0) return defaultActivatedListeners(passed)

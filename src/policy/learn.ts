@@ -110,9 +110,9 @@ function factLine (name: string, zero: unknown, seen: Array<{ op: string, value:
   }
   if (typeof zero === 'string') return stringLine(name, x, used, where)
   if (Array.isArray(zero)) return listLine(name, x, used, where)
-  // namespaces: one line per mode
-  return Object.keys(zero as Record<string, unknown>).flatMap((k) =>
-    stringLine(`${name}.${k}`, `${x}.${k}`, used.map((s) => ({ op: s.op, value: (s.value as Record<string, unknown>)[k] ?? '' })).filter((s) => s.value !== ''), where))
+  // an object fact (namespaces, counts): one line per field, by that field's own type
+  return Object.entries(zero as Record<string, unknown>).flatMap(([k, z]) =>
+    factLine(`${name}.${k}`, z, seen.map((s) => ({ op: s.op, value: (s.value as Record<string, unknown> | undefined)?.[k] ?? z }))))
 }
 
 function stringLine (name: string, x: string, used: Array<{ op: string, value: unknown }>, where: string): FactLine[] {
