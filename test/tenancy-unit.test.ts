@@ -141,7 +141,9 @@ t.test('system df: the per-type summaries of API 1.52 are rebuilt from what the 
   const { filterDataUsage } = await import('../src/gateway/tenancy/responses')
   const { Call } = await import('../src/gateway/tenancy/call')
   const op = operations.find((o) => o.id === 'SystemDataUsage')!
-  const call = new Call(op, {}, new URLSearchParams(), undefined, 'team-a', 'alice', DEFAULT_TENANCY, undefined as never, undefined as never, undefined)
+  // The engine is dockerd (Podman's df is relabelled from its lists: test/differential-podman).
+  const dockerd = { engine: async () => 'docker' }
+  const call = new Call(op, {}, new URLSearchParams(), undefined, 'team-a', 'alice', DEFAULT_TENANCY, dockerd as never, undefined as never, undefined)
   const own = { [TENANT_LABEL]: 'team-a' }
   const other = { [TENANT_LABEL]: 'team-b' }
   const df = {

@@ -17,12 +17,15 @@
  * safe and meaningful, with what the engine itself answers for the random reference.
  */
 import { randomBytes } from 'node:crypto'
+import fs from 'node:fs'
 import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
 import { operations, type Operation } from '../../src/api/catalog/operations'
 import { TEST_IMAGE, type EngineInfo } from '../engine/engine'
-import { dechunk, engine as plainEngine, startTestGateway, swarmEngine, tarOf, uniqueName, type TestGateway } from './gateway'
+import { dechunk, engine as plainEngine, POLICIES, startTestGateway, swarmEngine, tarOf, uniqueName, type TestGateway } from './gateway'
 
 // Run twice, by test/tenancy-cross (the plain engine, as most users run Docker) and
 // test/tenancy-cross-swarm (the swarm-mode engine, where services, tasks, secrets,
@@ -926,7 +929,16 @@ export function crossTenantSuite (role: 'plain' | 'swarm'): void {
     // B enumerates the catalog by every reference form at machine speed (thousands of
     // writes in seconds), which no tenant's rate limit is sized for: none here
     // (test/rate-limits covers them).
-    gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\nrates: { roles: {}, others: null }\n`, `unix://${engine().socket}`)
+    // The registry references name 127.0.0.1:1 (nothing listens there): allowed here, so
+    // that the engine's own answer is what both tenants get (the shipped list has no loopback).
+    const policies = fs.mkdtempSync(path.join(os.tmpdir(), 'pcx-cross-policies-'))
+    fs.cpSync(POLICIES, policies, { recursive: true })
+    const tenancy = path.join(policies, 'tenancy.yaml')
+    const shipped = fs.readFileSync(tenancy, 'utf8')
+    fs.writeFileSync(tenancy, shipped.replace('allowed: [docker.io]', 'allowed: [docker.io, "127.0.0.1:*"]'))
+    if (fs.readFileSync(tenancy, 'utf8') === shipped) throw new Error('the shipped tenancy.yaml has no `allowed: [docker.io]` line to extend')
+    t.teardown(() => fs.rmSync(policies, { recursive: true, force: true }))
+    gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\nrates: { roles: {}, others: null }\n`, `unix://${engine().socket}`, policies)
     t.teardown(async () => {
       await gw.close()
       await cleanUp()
