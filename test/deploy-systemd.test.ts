@@ -72,6 +72,8 @@ t.test('with no listen in the config, it serves on exactly the passed socket (th
   await bound(a.socket)
   const r = await run(CLI28, ['ps', '-a', '--format', '{{.ID}}'], { host: `unix://${a.socket}`, timeoutMs: 60_000 })
   t.equal(r.code, 0, r.stderr + a.output())
+  // The start-up line may reach the pipe after the first answer (the log is written asynchronously).
+  for (let i = 0; i < 200 && !a.output().includes('"listening"'); i++) await new Promise((resolve) => setTimeout(resolve, 50))
   t.match(a.output(), /"listening":\["unix:[^"]*portcullis\.sock"\]/, 'the passed socket, and nothing else (no ./portcullis.sock, no 127.0.0.1:2375)')
   t.notOk(fs.existsSync(path.join(a.dir, 'portcullis.sock.lock')))
   const audit = fs.readFileSync(path.join(a.dir, 'audit.jsonl'), 'utf8')
