@@ -1,0 +1,272 @@
+/**
+ * Per-tenant names (tenancy.yaml `names: private`, src/gateway/tenancy/names.ts), on the
+ * real engine with the docker CLI 28 and docker-compose 1.29 as clients: two tenants use
+ * the same container, network and volume names, and the same compose project name, at
+ * once; each sees only its own objects under its plain names (lists, inspects, filters,
+ * links, network modes, mounts, events, errors, df); on the engine they exist as
+ * `<tenant>.<name>`; neither reaches the other's by any spelling (plain, qualified, full
+ * id, id prefix); the admin sees the engine's names.
+ *
+ * On the old code (no `names` key) the gateway refuses the policy directory, and the
+ * second tenant's `--name db` is a 409.
+ */
+import { randomBytes } from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import t from 'tap'
+import { CLI28, engine, policiesWith, run, type RunResult, startTestGateway, type TestGateway, tokensFor } from './helpers/gateway'
+
+const COMPOSE = '/usr/bin/docker-compose'
+const TENANT_LABEL = 'io.portcullis.tenant'
+const IMAGE = engine().image
+
+const SECRET = randomBytes(32).toString('hex')
+const RUN = randomBytes(3).toString('hex')
+const TA = `names-a-${RUN}`
+const TB = `names-b-${RUN}`
+/** Names both tenants use; unique per run only through the tenants' prefixes. */
+const PROJECT = 'shop'
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcn-'))
+t.teardown(() => fs.rmSync(tmp, { recursive: true, force: true }))
+
+type Who = 'a' | 'b' | 'admin'
+const CLAIMS: Record<Who, object> = {
+  a: { sub: 'ann', tenant: TA, roles: ['tenant'] },
+  b: { sub: 'bo', tenant: TB, roles: ['tenant'] },
+  admin: { sub: 'root-op', roles: ['admin'] },
+}
+const { config: CONFIG } = tokensFor(CLAIMS, SECRET, tmp)
+const TENANT: Record<'a' | 'b', string> = { a: TA, b: TB }
+
+let gw: TestGateway
+const as = async (who: Who, args: readonly string[]): Promise<RunResult> =>
+  await run(CLI28, args, { host: gw.dockerHost, env: { DOCKER_CONFIG: CONFIG[who] }, timeoutMs: 180_000 })
+const direct = async (args: readonly string[]): Promise<RunResult> =>
+  await run(CLI28, args, { host: engine().dockerHost, timeoutMs: 180_000 })
+const lines = (r: RunResult): string[] => r.stdout.toString().split('\n').filter((l) => l !== '')
+const out = (r: RunResult): Record<string, unknown> => r.code === 0 ? {} : { stderr: r.stderr.trim() }
+const inspectDirect = async (kind: string, ref: string): Promise<any> => {
+  const r = await direct([kind, 'inspect', ref])
+  return r.code === 0 ? JSON.parse(r.stdout.toString())[0] : null
+}
+const inspectAs = async (who: Who, kind: string, ref: string): Promise<any> => {
+  const r = await as(who, [kind, 'inspect', ref])
+  return r.code === 0 ? JSON.parse(r.stdout.toString())[0] : null
+}
+
+const composeDir = path.join(tmp, 'compose')
+fs.mkdirSync(composeDir)
+fs.writeFileSync(path.join(composeDir, 'docker-compose.yml'), `version: "2.4"
+services:
+  web:
+    image: ${IMAGE}
+    command: sh -c 'echo web up; sleep 600'
+    stop_grace_period: 1s
+    volumes: [data:/data]
+    depends_on: [db]
+  db:
+    image: ${IMAGE}
+    command: sh -c 'echo db up; sleep 600'
+    stop_grace_period: 1s
+    volumes: [data:/srv]
+volumes:
+  data: {}
+`)
+async function compose (who: 'a' | 'b', ...args: string[]): Promise<RunResult> {
+  return await run(COMPOSE, ['--ansi', 'never', '-p', PROJECT, ...args], { host: gw.dockerHost, cwd: composeDir, env: { DOCKER_CONFIG: CONFIG[who] }, timeoutMs: 300_000 })
+}
+
+const started = Math.floor(Date.now() / 1000)
+
+t.before(async () => {
+  const policies = policiesWith((text) => text.replace(/^names: engine$/m, 'names: private'))
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policies)
+})
+
+t.teardown(async () => {
+  for (const who of ['a', 'b'] as const) await compose(who, 'down', '-v', '-t', '1').catch(() => undefined)
+  for (const tenant of [TA, TB]) {
+    const label = `label=${TENANT_LABEL}=${tenant}`
+    const cs = lines(await direct(['ps', '-aq', '--filter', label]))
+    if (cs.length) await direct(['rm', '-f', '-v', ...cs])
+    const vs = lines(await direct(['volume', 'ls', '-q', '--filter', label]))
+    if (vs.length) await direct(['volume', 'rm', '-f', ...vs])
+    const ns = lines(await direct(['network', 'ls', '-q', '--filter', label]))
+    if (ns.length) await direct(['network', 'rm', ...ns])
+  }
+  await gw?.close()
+})
+
+t.test('the same container, network and volume names in two tenants at once', async (t) => {
+  for (const who of ['a', 'b'] as const) {
+    const net = await as(who, ['network', 'create', 'net'])
+    t.equal(net.code, 0, `${who}: network create net`, out(net))
+    const vol = await as(who, ['volume', 'create', 'data'])
+    t.equal(vol.code, 0, `${who}: volume create data`, out(vol))
+    t.equal(vol.stdout.toString().trim(), 'data', `${who}: volume create answers with the plain name`)
+    const db = await as(who, ['run', '-d', '--name', 'db', '--network', 'net', '-v', 'data:/data', IMAGE, 'sh', '-c', `echo hello from ${who} > /data/who; echo log of ${who}; sleep 600`])
+    t.equal(db.code, 0, `${who}: run --name db --network net -v data:/data`, out(db))
+    const cache = await as(who, ['run', '-d', '--name', 'cache', IMAGE, 'sleep', '600'])
+    t.equal(cache.code, 0, `${who}: run --name cache`, out(cache))
+    const web = await as(who, ['run', '-d', '--name', 'web', '--link', 'cache:c', '-v', 'fresh:/fresh', IMAGE, 'sleep', '600'])
+    t.equal(web.code, 0, `${who}: run --name web --link cache:c -v fresh:/fresh (a volume made implicitly)`, out(web))
+  }
+
+  // On the engine: every object under its tenant's qualified name, owned by that tenant.
+  for (const who of ['a', 'b'] as const) {
+    const tenant = TENANT[who]
+    for (const [kind, name] of [['container', 'db'], ['container', 'web'], ['container', 'cache'], ['network', 'net'], ['volume', 'data'], ['volume', 'fresh']]) {
+      const o = await inspectDirect(kind, `${tenant}.${name}`)
+      t.equal(o?.Config?.Labels?.[TENANT_LABEL] ?? o?.Labels?.[TENANT_LABEL], tenant, `engine: ${kind} ${tenant}.${name} is ${who}'s`)
+    }
+    t.equal(await inspectDirect('container', 'db'), null, 'engine: no container named plainly db')
+  }
+
+  for (const who of ['a', 'b'] as const) {
+    const tenant = TENANT[who]
+    const ps = lines(await as(who, ['ps', '-a', '--no-trunc', '--format', '{{.Names}}'])).sort()
+    t.same(ps, ['cache,web/c', 'db', 'web'], `${who}: ps shows its own plain names, link names too`)
+    t.same(lines(await as(who, ['ps', '-a', '--filter', 'name=db', '--format', '{{.Names}}'])), ['db'], `${who}: ps --filter name=db`)
+    t.same(lines(await as(who, ['ps', '-a', '--filter', 'name=^/web$', '--format', '{{.Names}}'])), ['web'], `${who}: ps --filter name=^/web$ (an anchored expression on the plain name)`)
+    t.same(lines(await as(who, ['ps', '-a', '--filter', `name=${tenant}`, '--format', '{{.Names}}'])), [], `${who}: the qualified prefix matches nothing in a name filter`)
+
+    const db = await inspectAs(who, 'container', 'db')
+    t.equal(db?.Name, '/db', `${who}: inspect db .Name`)
+    t.equal(db?.HostConfig?.NetworkMode, 'net', `${who}: .HostConfig.NetworkMode`)
+    t.same(Object.keys(db?.NetworkSettings?.Networks ?? {}), ['net'], `${who}: .NetworkSettings.Networks keys`)
+    t.same(db?.HostConfig?.Binds, ['data:/data'], `${who}: .HostConfig.Binds`)
+    t.same((db?.Mounts ?? []).map((m: any) => m.Name), ['data'], `${who}: .Mounts[].Name`)
+    const web = await inspectAs(who, 'container', 'web')
+    t.same(web?.HostConfig?.Links, ['/cache:/web/c'], `${who}: .HostConfig.Links`)
+    const ping = await as(who, ['exec', 'web', 'grep', '-c', 'cache', '/etc/hosts'])
+    t.equal(ping.stdout.toString().trim(), '1', `${who}: the link's alias and plain name are in web's /etc/hosts`)
+    // (Host paths such as Mounts[].Source keep the engine's directory name.)
+    t.notMatch(JSON.stringify([db, web]), new RegExp(`"/?${tenant}\\.`), `${who}: no qualified name as a value in the inspects`)
+
+    const logs = await as(who, ['logs', 'db'])
+    t.equal(logs.stdout.toString().trim(), `log of ${who}`, `${who}: logs db are its own`)
+    const cat = await as(who, ['exec', 'db', 'cat', '/data/who'])
+    t.equal(cat.stdout.toString().trim(), `hello from ${who}`, `${who}: exec db reads its own volume data`)
+
+    const nets = lines(await as(who, ['network', 'ls', '--format', '{{.Name}}'])).sort()
+    t.same(nets, ['bridge', 'host', 'net', 'none'], `${who}: network ls`)
+    t.same(lines(await as(who, ['network', 'ls', '--filter', 'name=net', '--format', '{{.Name}}'])), ['net'], `${who}: network ls --filter name=net`)
+    const net = await inspectAs(who, 'network', 'net')
+    t.equal(net?.Name, 'net', `${who}: network inspect net .Name`)
+    t.same(Object.values(net?.Containers ?? {}).map((c: any) => c.Name), ['db'], `${who}: network inspect .Containers[].Name`)
+    const vols = lines(await as(who, ['volume', 'ls', '--format', '{{.Name}}'])).sort()
+    t.same(vols, ['data', 'fresh'], `${who}: volume ls`)
+    t.same(lines(await as(who, ['volume', 'ls', '--filter', 'name=dat', '--format', '{{.Name}}'])), ['data'], `${who}: volume ls --filter name=dat`)
+    t.equal((await inspectAs(who, 'volume', 'data'))?.Name, 'data', `${who}: volume inspect data .Name`)
+
+    // The engine's own errors name the tenant's objects plainly.
+    const again = await as(who, ['run', '-d', '--name', 'db', IMAGE, 'true'])
+    t.not(again.code, 0, `${who}: a second --name db fails`)
+    t.match(again.stderr, /The container name "\/db" is already in use/, `${who}: the engine's conflict, in plain names`)
+    t.notMatch(again.stderr, new RegExp(`${tenant}\\.`), `${who}: without the qualified name`)
+    const netAgain = await as(who, ['network', 'create', 'net'])
+    t.match(netAgain.stderr, /network with name net already exists/, `${who}: the engine's network conflict, in plain names`)
+
+    const df = await as(who, ['system', 'df', '-v', '--format', '{{json .}}'])
+    t.equal(df.code, 0, `${who}: system df -v`, out(df))
+    // (A volume's Mountpoint is a host path: the engine's directory keeps the engine's name.)
+    t.notMatch(df.stdout.toString(), new RegExp(`"(Name|Names|Mounts|Networks)":"[^"]*${tenant}\\.`), `${who}: system df -v shows no qualified name`)
+    t.match(df.stdout.toString(), /"Name":"data"|"Names":"db"|data/, `${who}: system df -v shows its plain names`)
+  }
+
+  // Neither reaches the other's objects, by any spelling.
+  const bDb = await inspectDirect('container', `${TB}.db`)
+  const bNet = await inspectDirect('network', `${TB}.net`)
+  const aDb = await inspectDirect('container', `${TA}.db`)
+  const aNet = await inspectDirect('network', `${TA}.net`)
+  for (const ref of ['db-of-b', `${TB}.db`, `/${TB}.db`, bDb.Id, bDb.Id.slice(0, 12)]) {
+    const name = ref === 'db-of-b' ? `${TB}.db` : ref
+    const r = await as('a', ['logs', name])
+    t.match(r.stderr, /No such container/, `a: logs ${name === bDb.Id ? 'b\'s full id' : name} is no such container`)
+  }
+  for (const ref of [`${TB}.net`, bNet.Id, bNet.Id.slice(0, 12)]) {
+    const r = await as('a', ['network', 'inspect', ref])
+    t.match(r.stderr, /not found|No such network/, `a: network inspect ${ref === bNet.Id ? 'b\'s full id' : ref} is not found`)
+  }
+  const r = await as('a', ['volume', 'inspect', `${TB}.data`])
+  t.match(r.stderr, /no such volume/, `a: volume inspect ${TB}.data is no such volume`)
+  const bind = await as('a', ['run', '--rm', '-v', `${TB}.data:/x`, IMAGE, 'cat', '/x/who'])
+  t.not(bind.stdout.toString().trim(), 'hello from b', 'a: -v <b\'s qualified volume> does not mount b\'s volume')
+  const forged = await as('a', ['run', '-d', '--name', `${TB}.evil`, IMAGE, 'sleep', '60'])
+  t.equal(forged.code, 0, 'a: a name spelled with b\'s prefix is a\'s own name', out(forged))
+  t.equal((await inspectDirect('container', `${TA}.${TB}.evil`))?.Config?.Labels?.[TENANT_LABEL], TA, 'stored under a\'s prefix')
+  t.equal(await inspectDirect('container', `${TB}.evil`), null, 'never under b\'s')
+  t.same(lines(await as('b', ['ps', '-a', '--format', '{{.Names}}'])).sort(), ['cache', 'db', 'web'], 'b does not see it')
+  const rmB = await as('a', ['rm', '-f', `${TB}.db`])
+  t.match(rmB.stderr, /No such container/, 'a: rm -f <b\'s qualified name> is no such container')
+  t.ok(await inspectDirect('container', `${TB}.db`), 'b\'s db is still there')
+
+  // Renames and removal by the plain name act on the tenant's own object.
+  const rename = await as('a', ['rename', 'web', 'front'])
+  t.equal(rename.code, 0, 'a: rename web front', out(rename))
+  t.ok(await inspectDirect('container', `${TA}.front`), 'engine: renamed to a\'s qualified front')
+  t.ok(await inspectDirect('container', `${TB}.web`), 'b\'s web untouched')
+
+  // The admin sees the engine's names.
+  const admin = lines(await as('admin', ['ps', '-a', '--filter', `label=${TENANT_LABEL}=${TA}`, '--format', '{{.Names}}'])).sort()
+  t.same(admin, [`${TA}.${TB}.evil`, `${TA}.cache`, `${TA}.db`, `${TA}.front`].sort(), 'the admin sees the engine\'s (qualified) names')
+
+  // Events: the tenant's own, in plain names.
+  const until = Math.floor(Date.now() / 1000) + 1
+  for (const who of ['a', 'b'] as const) {
+    const ev = await as(who, ['events', '--since', String(started), '--until', String(until), '--format', '{{.Type}} {{.Action}} {{.Actor.ID}} {{index .Actor.Attributes "name"}}'])
+    const text = ev.stdout.toString()
+    t.notMatch(text, new RegExp(`${TENANT[who]}\\.`), `${who}: events name nothing by its qualified name`)
+    t.match(text, /container create [0-9a-f]{64} db\n/, `${who}: the create of db, named db`)
+    t.match(text, /network create [0-9a-f]{64} net\n/, `${who}: the create of net, named net`)
+    t.match(text, /volume create data /, `${who}: the create of data (a volume's id is its name)`)
+    // (a's own events name its containers `b.evil`... : names it gave.)
+    const other = who === 'a' ? [bDb.Id, bNet.Id] : [aDb.Id, aNet.Id]
+    t.notOk(other.some((id) => text.includes(id)), `${who}: nothing of the other tenant's db and net`)
+    const filtered = await as(who, ['events', '--since', String(started), '--until', String(until), '--filter', 'container=db', '--format', '{{.Action}} {{index .Actor.Attributes "name"}}'])
+    t.match(filtered.stdout.toString(), /^create db$/m, `${who}: events --filter container=db finds db`)
+  }
+
+  for (const who of ['a', 'b'] as const) {
+    const rm = await as(who, ['rm', '-f', 'db'])
+    t.equal(rm.code, 0, `${who}: rm -f db`, out(rm))
+  }
+  t.equal(await inspectDirect('container', `${TA}.db`), null, 'a\'s db is gone')
+  t.equal(await inspectDirect('container', `${TB}.db`), null, 'b\'s db is gone')
+})
+
+t.test('docker-compose 1.29: one project name, two tenants, side by side', async (t) => {
+  for (const who of ['a', 'b'] as const) {
+    const up = await compose(who, 'up', '-d')
+    t.equal(up.code, 0, `${who}: up -d`, out(up))
+  }
+  for (const who of ['a', 'b'] as const) {
+    const tenant = TENANT[who]
+    t.ok(await inspectDirect('container', `${tenant}.${PROJECT}_web_1`), `engine: ${tenant}.${PROJECT}_web_1`)
+    t.ok(await inspectDirect('network', `${tenant}.${PROJECT}_default`), `engine: ${tenant}.${PROJECT}_default`)
+    t.ok(await inspectDirect('volume', `${tenant}.${PROJECT}_data`), `engine: ${tenant}.${PROJECT}_data`)
+    const ps = await compose(who, 'ps')
+    t.equal(ps.code, 0, `${who}: ps`, out(ps))
+    const names = ps.stdout.toString().split('\n').map((l) => l.split(/\s+/)[0]).filter((n) => n.startsWith(PROJECT)).sort()
+    t.same(names, [`${PROJECT}_db_1`, `${PROJECT}_web_1`], `${who}: ps lists its two containers by their plain names`)
+    const logs = await compose(who, 'logs', '--no-color', 'web')
+    t.match(logs.stdout.toString(), /web up/, `${who}: logs web`)
+    const again = await compose(who, 'up', '-d')
+    t.equal(again.code, 0, `${who}: a second up -d`, out(again))
+    t.match(again.stderr, /is up-to-date/, `${who}: finds its containers as they are`)
+    t.notMatch(again.stderr, new RegExp(`${tenant}\\.`), `${who}: compose never shows a qualified name`)
+    const net = await inspectAs(who, 'network', `${PROJECT}_default`)
+    t.same(Object.values(net?.Containers ?? {}).map((c: any) => c.Name).sort(), [`${PROJECT}_db_1`, `${PROJECT}_web_1`], `${who}: the project network holds its own two containers`)
+  }
+  for (const who of ['a', 'b'] as const) {
+    const down = await compose(who, 'down', '-v', '-t', '1')
+    t.equal(down.code, 0, `${who}: down -v`, out(down))
+    t.notMatch(down.stderr, /error|not found/i, `${who}: down finds everything it made`)
+    const tenant = TENANT[who]
+    t.equal(await inspectDirect('container', `${tenant}.${PROJECT}_web_1`), null, `engine: ${tenant}'s web is gone`)
+    t.equal(await inspectDirect('network', `${tenant}.${PROJECT}_default`), null, `engine: ${tenant}'s network is gone`)
+    t.equal(await inspectDirect('volume', `${tenant}.${PROJECT}_data`), null, `engine: ${tenant}'s volume is gone`)
+  }
+})
