@@ -145,6 +145,15 @@ t.test('the same container, network and volume names in two tenants at once', as
     // (Host paths such as Mounts[].Source keep the engine's directory name.)
     t.notMatch(JSON.stringify([db, web]), new RegExp(`"/?${tenant}\\.`), `${who}: no qualified name as a value in the inspects`)
 
+    // The network's DNS answers the plain name (an alias of the gateway's on the tenant's own network).
+    const ip = db?.NetworkSettings?.Networks?.net?.IPAddress
+    const lookup = await as(who, ['run', '--rm', '--network', 'net', IMAGE, 'nslookup', 'db'])
+    t.match(lookup.stdout.toString(), new RegExp(`Address:\\s+${String(ip).replace(/\./g, '\\.')}\\b`), `${who}: on net, db resolves to its own db (${ip})`, out(lookup))
+    const connect = await as(who, ['network', 'connect', 'net', 'cache'])
+    t.equal(connect.code, 0, `${who}: network connect net cache`, out(connect))
+    const viaConnect = await as(who, ['run', '--rm', '--network', 'net', IMAGE, 'nslookup', 'cache'])
+    t.match(viaConnect.stdout.toString(), /Address:\s+\d+\.\d+\.\d+\.\d+/, `${who}: and cache, connected later, resolves too`, out(viaConnect))
+
     const logs = await as(who, ['logs', 'db'])
     t.equal(logs.stdout.toString().trim(), `log of ${who}`, `${who}: logs db are its own`)
     const cat = await as(who, ['exec', 'db', 'cat', '/data/who'])
@@ -155,7 +164,7 @@ t.test('the same container, network and volume names in two tenants at once', as
     t.same(lines(await as(who, ['network', 'ls', '--filter', 'name=net', '--format', '{{.Name}}'])), ['net'], `${who}: network ls --filter name=net`)
     const net = await inspectAs(who, 'network', 'net')
     t.equal(net?.Name, 'net', `${who}: network inspect net .Name`)
-    t.same(Object.values(net?.Containers ?? {}).map((c: any) => c.Name), ['db'], `${who}: network inspect .Containers[].Name`)
+    t.same(Object.values(net?.Containers ?? {}).map((c: any) => c.Name).sort(), ['cache', 'db'], `${who}: network inspect .Containers[].Name`)
     const vols = lines(await as(who, ['volume', 'ls', '--format', '{{.Name}}'])).sort()
     t.same(vols, ['data', 'fresh'], `${who}: volume ls`)
     t.same(lines(await as(who, ['volume', 'ls', '--filter', 'name=dat', '--format', '{{.Name}}'])), ['data'], `${who}: volume ls --filter name=dat`)

@@ -367,6 +367,7 @@ const containerCreate: Handler = async (call) => {
     checkQuota(call, { containers: 1, memory: memoryOf(hc), nanoCpus: cpuOf(hc) }),
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
+  if (call.names.private && name !== '') plainNameAliases(call, name.replace(/^\//, ''))
   await podmanSystemdMode(call, hc)
   // What Podman reads of a Docker-compatible create is its CreateContainerConfig: Docker's
   // structs (which the schema lists) and three fields of its own, harmless; it ignores the
@@ -392,6 +393,28 @@ const containerCreate: Handler = async (call) => {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
     if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
   }
+}
+
+const USER_DEFINED = (net: string): boolean => net !== '' && !net.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(net)
+
+/**
+ * On a user-defined network the engine's DNS answers a container's name, which under
+ * per-tenant names is the qualified one: the plain name is added as an alias on each such
+ * network of a create (the networks are the tenant's own: the alias reaches nobody else).
+ */
+function plainNameAliases (call: Call, plain: string): void {
+  const mode = str(bodyAt(call, 'HostConfig', 'NetworkMode'))
+  const endpoints = bodyAt(call, 'NetworkingConfig', 'EndpointsConfig')
+  const out: Record<string, any> = endpoints !== null && typeof endpoints === 'object' && !Array.isArray(endpoints) ? { ...endpoints } : {}
+  if (USER_DEFINED(mode) && !Object.hasOwn(out, mode)) out[mode] = {}
+  let changed = false
+  for (const [net, ep] of Object.entries(out)) {
+    const aliases = list(ep?.Aliases).map(str)
+    if (!USER_DEFINED(net) || aliases.includes(plain)) continue
+    out[net] = { ...(ep ?? {}), Aliases: [...aliases, plain] }
+    changed = true
+  }
+  if (changed) call.setBody(['NetworkingConfig', 'EndpointsConfig'], out)
 }
 
 const COMPAT_CREATE = bodySchemas.get('ContainerCreate') as BodyNode
@@ -860,6 +883,13 @@ const networkConnect: Handler = async (call) => {
   const id = await own(call, 'container', c, forced ? 'endpoint' : 'path')
   if (id !== c) call.setBody(['Container'], id)
   const userDefined = res.state === 'own'
+  if (call.names.private && userDefined && call.op.id === 'NetworkConnect') {
+    // The container's plain name, for the network's DNS (as at create: plainNameAliases).
+    const name = str((await call.r.get(`/containers/${id}/json`)).body?.Name)
+    const plain = call.names.plain('container', name).replace(/^\//, '')
+    const aliases = list(bodyAt(call, 'EndpointConfig', 'Aliases')).map(str)
+    if (plain !== '' && !aliases.includes(plain)) call.setBody(['EndpointConfig', 'Aliases'], [...aliases, plain])
+  }
   const links = list(bodyAt(call, 'EndpointConfig', 'Links'))
   const pinned = await Promise.all(links.map(async (l) => await endpointLink(call, str(l), userDefined)))
   // Under per-tenant names the links must name the engine's containers.
