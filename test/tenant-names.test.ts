@@ -131,6 +131,9 @@ t.test('the same container, network and volume names in two tenants at once', as
     t.same(lines(await as(who, ['ps', '-a', '--filter', 'name=db', '--format', '{{.Names}}'])), ['db'], `${who}: ps --filter name=db`)
     t.same(lines(await as(who, ['ps', '-a', '--filter', 'name=^/web$', '--format', '{{.Names}}'])), ['web'], `${who}: ps --filter name=^/web$ (an anchored expression on the plain name)`)
     t.same(lines(await as(who, ['ps', '-a', '--filter', `name=${tenant}`, '--format', '{{.Names}}'])), [], `${who}: the qualified prefix matches nothing in a name filter`)
+    t.same(lines(await as(who, ['ps', '-a', '--filter', 'network=net', '--format', '{{.Names}}'])), ['db'], `${who}: ps --filter network=net`)
+    t.same(lines(await as(who, ['ps', '-a', '--filter', 'volume=data', '--format', '{{.Names}}'])), ['db'], `${who}: ps --filter volume=data`)
+    t.same(lines(await as(who, ['ps', '-a', '--filter', 'since=db', '--format', '{{.Names}}'])).sort(), ['cache', 'web'], `${who}: ps --filter since=db`)
 
     const db = await inspectAs(who, 'container', 'db')
     t.equal(db?.Name, '/db', `${who}: inspect db .Name`)

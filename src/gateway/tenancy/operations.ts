@@ -151,11 +151,23 @@ function plainList (kind: NamedKind, inner: Handler, wrap?: 'Volumes'): Handler 
   return async (call) => {
     if (!call.names.private) return await inner(call)
     const filters = parseFilters(call.query)
+    const before = serializeFilters(filters)
     const patterns = filters.get('name') ?? new Set<string>()
-    if (filters.has('name')) {
-      filters.delete('name')
-      call.setQuery('filters', serializeFilters(filters))
+    filters.delete('name')
+    if (kind === 'container') {
+      // `network=` and `volume=` match a network's or mount's name (or id, or a mount's
+      // destination): the qualified name is added beside the value given. `before=` and
+      // `since=` name a container, resolved as every reference is (the tenant's own, or missing).
+      for (const [key, of] of [['network', 'network'], ['volume', 'volume']] as const) {
+        const values = filters.get(key)
+        if (values) filters.set(key, new Set([...values, ...[...values].filter((v) => !v.includes('/')).map((v) => call.names.qualify(of, v))]))
+      }
+      for (const key of ['before', 'since']) {
+        const values = filters.get(key)
+        if (values) filters.set(key, new Set(await Promise.all([...values].map(async (v) => await own(call, 'container', v)))))
+      }
     }
+    if (serializeFilters(filters) !== before) call.setQuery('filters', serializeFilters(filters))
     await inner(call)
     const view = (o: any): any => kind === 'container' ? call.names.container(o) : kind === 'network' ? call.names.network(o) : call.names.volume(o)
     // The engine matches a container's own name (not its link names), with and without the slash.
