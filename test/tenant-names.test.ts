@@ -211,6 +211,23 @@ t.test('the same container, network and volume names in two tenants at once', as
   t.equal((await inspectDirect('container', `${TA}.${TB}.evil`))?.Config?.Labels?.[TENANT_LABEL], TA, 'stored under a\'s prefix')
   t.equal(await inspectDirect('container', `${TB}.evil`), null, 'never under b\'s')
   t.same(lines(await as('b', ['ps', '-a', '--format', '{{.Names}}'])).sort(), ['cache', 'db', 'web'], 'b does not see it')
+  const since = await as('a', ['ps', '-a', '--filter', `since=${bDb.Id}`])
+  t.match(since.stderr, /No such container/, 'a: ps --filter since=<b\'s id> is no such container')
+
+  // Names the engine generated (no --name, no volume name) are the tenant's own plain names, and nobody else's.
+  const anon = await as('a', ['run', '-d', IMAGE, 'sleep', '600'])
+  const anonId = anon.stdout.toString().trim()
+  const generated = String((await inspectDirect('container', anonId))?.Name).slice(1)
+  t.notMatch(generated, /\./, `the engine generated a name without a prefix (${generated})`)
+  t.equal((await inspectAs('a', 'container', generated))?.Id, anonId, 'a reaches its container by that name')
+  t.match((await as('b', ['logs', generated])).stderr, /No such container/, 'b does not')
+  const anonVol = await as('a', ['volume', 'create'])
+  const hex = anonVol.stdout.toString().trim()
+  t.match(hex, /^[0-9a-f]{64}$/, 'an unnamed volume gets the engine\'s 64 hex digits')
+  t.equal((await inspectAs('a', 'volume', hex))?.Name, hex, 'a reaches it by them')
+  t.match((await as('b', ['volume', 'inspect', hex])).stderr, /no such volume/, 'b does not')
+  t.equal((await as('a', ['rm', '-f', generated])).code, 0, 'a removes its container by the generated name')
+
   const rmB = await as('a', ['rm', '-f', `${TB}.db`])
   t.match(rmB.stderr, /No such container/, 'a: rm -f <b\'s qualified name> is no such container')
   t.ok(await inspectDirect('container', `${TB}.db`), 'b\'s db is still there')
