@@ -261,6 +261,16 @@ t.test('the same container, network and volume names in two tenants at once', as
   for (const who of ['a', 'b'] as const) {
     const rm = await as(who, ['rm', '-f', 'db'])
     t.equal(rm.code, 0, `${who}: rm -f db`, out(rm))
+    const busy = await as(who, ['volume', 'rm', 'fresh'])
+    t.match(busy.stderr, /remove fresh: volume is in use/, `${who}: the engine's "in use", in plain names`)
+    t.notMatch(busy.stderr, new RegExp(`${TENANT[who]}\\.`), `${who}: without the qualified name`)
+    const unused = await as(who, ['network', 'create', 'spare'])
+    t.equal(unused.code, 0, `${who}: network create spare`, out(unused))
+    const prune = await as(who, ['network', 'prune', '-f'])
+    t.same(lines(prune).filter((l) => !/^Deleted Networks:$/.test(l)).sort(), ['spare'], `${who}: network prune names what it deleted plainly (net still has cache)`)
+    const vprune = await as(who, ['volume', 'prune', '-f'])
+    t.match(vprune.stdout.toString(), /^data$/m, `${who}: volume prune names what it deleted plainly`)
+    t.notMatch(vprune.stdout.toString() + prune.stdout.toString(), new RegExp(`${TENANT[who]}\\.`), `${who}: no qualified name in either`)
   }
   t.equal(await inspectDirect('container', `${TA}.db`), null, 'a\'s db is gone')
   t.equal(await inspectDirect('container', `${TB}.db`), null, 'b\'s db is gone')

@@ -183,6 +183,20 @@ function plainList (kind: NamedKind, inner: Handler, wrap?: 'Volumes'): Handler 
   }
 }
 
+/** A prune's answer lists the names it deleted: in the tenant's plain names (names.ts). */
+function prunedNames (kind: 'volume' | 'network', field: string, inner: Handler): Handler {
+  return async (call) => {
+    await inner(call)
+    if (!call.names.private) return
+    call.viewAnswer((b) => {
+      const deleted = b?.[field]
+      if (!Array.isArray(deleted)) return b
+      const plain = deleted.map((n) => typeof n === 'string' ? call.names.plain(kind, n) : n)
+      return plain.every((n, i) => n === deleted[i]) ? b : { ...b, [field]: plain }
+    })
+  }
+}
+
 /** An object's own answer (inspect, create) without the owner labels at those places. */
 function hidden (call: Call, places: readonly LabelsAt[]): void {
   call.respond = { kind: 'json', transform: (b) => hideAll(b, places) }
@@ -1287,7 +1301,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   VolumeInspect: volumeInspect,
   VolumeUpdate: owned('volume', 'name'),
   VolumeDelete: owned('volume', 'name'),
-  VolumePrune: volumePrune,
+  VolumePrune: prunedNames('volume', 'VolumesDeleted', volumePrune),
   // Networks
   NetworkList: plainList('network', networkList),
   NetworkInspect: networkInspect,
@@ -1295,7 +1309,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   NetworkCreate: networkCreate,
   NetworkConnect: networkConnect,
   NetworkDisconnect: networkConnect,
-  NetworkPrune: labelFiltered(),
+  NetworkPrune: prunedNames('network', 'NetworksDeleted', labelFiltered()),
   // Plugins
   // Plugins are engine-wide: a tenant has none (so that `docker inspect NAME` still
   // answers "no such object" after trying every kind), and may not manage any.
