@@ -309,3 +309,58 @@ t.test('docker-compose 1.29: one project name, two tenants, side by side', async
     t.equal(await inspectDirect('volume', `${tenant}.${PROJECT}_data`), null, `engine: ${tenant}'s volume is gone`)
   }
 })
+
+/**
+ * Every spelling of a reference, as each tenant, against the order docs/tenancy.md gives
+ * (full id over all objects; `<tenant>.<ref>`; `ref` itself when the tenant's own; a
+ * unique id prefix over all objects), computed from the engine's own listing: the
+ * gateway's answer is that container or "No such container", and never another's.
+ */
+t.test('references: every spelling resolves as the documented order says, never to another tenant\'s', async (t) => {
+  const made: string[] = []
+  for (const [who, args] of [['a', ['--name', 'ref1']], ['a', []], ['b', ['--name', 'ref1']], ['b', ['--name', 'ref2']], ['b', []]] as const) {
+    const r = await as(who, ['create', ...args, IMAGE, 'true'])
+    t.equal(r.code, 0, `${who}: create ${args.join(' ')}`, out(r))
+    made.push(r.stdout.toString().trim())
+  }
+  // The admin holds a name shaped like a's qualified one: a's plain `ref3` is still not a's.
+  const admin = await direct(['create', '--name', `${TA}.ref3`, IMAGE, 'true'])
+  t.equal(admin.code, 0, 'admin: create a container named like a\'s qualified ref3', out(admin))
+  t.teardown(async () => { await direct(['rm', '-f', `${TA}.ref3`]) })
+
+  const listing = lines(await direct(['ps', '-a', '--no-trunc', '--format', '{{.ID}} {{.Names}} {{.Label "io.portcullis.tenant"}}']))
+  const all = listing.map((l) => { const [id, names, owner] = l.split(' '); return { id, names: names.split(','), owner: owner ?? '' } })
+  const expected = (tenant: string, ref: string): string | null => {
+    const name = ref.replace(/^\//, '')
+    const mine = (o: { owner: string } | undefined): boolean => o?.owner === tenant
+    const byId = all.find((o) => o.id === name)
+    if (byId) return mine(byId) ? byId.id : null
+    const named = all.filter((o) => o.names.includes(`${tenant}.${name}`))
+    if (named.length === 1) return mine(named[0]) ? named[0].id : null
+    if (named.length > 1) return null
+    const own = all.filter((o) => o.names.includes(name) && mine(o))
+    if (own.length === 1) return own[0].id
+    if (own.length > 1) return null
+    const prefixed = all.filter((o) => o.id.startsWith(name))
+    return prefixed.length === 1 && mine(prefixed[0]) ? prefixed[0].id : null
+  }
+  const ours = all.filter((o) => made.includes(o.id) || o.names.includes(`${TA}.ref3`))
+  const refs = new Set<string>(['ref1', '/ref1', 'ref2', 'ref3', 'nothing-here'])
+  for (const o of ours) {
+    for (const n of o.names) { refs.add(n); refs.add(`/${n}`); refs.add(n.slice(n.indexOf('.') + 1)) }
+    for (const len of [64, 20, 12, 6, 3]) refs.add(o.id.slice(0, len))
+  }
+  const owners = new Map(all.map((o) => [o.id, o.owner]))
+  for (const who of ['a', 'b'] as const) {
+    const tenant = TENANT[who]
+    for (const ref of refs) {
+      const r = await as(who, ['container', 'inspect', '--format', '{{.Id}}', ref])
+      const got = r.code === 0 ? r.stdout.toString().trim() : null
+      if (got !== null) t.equal(owners.get(got), tenant, `${who}: ${ref} -> its own container, if any`)
+      else t.match(r.stderr, /No such container/, `${who}: ${ref} -> No such container`)
+      // Short prefixes can meet containers other tests make meanwhile: only their safety is asserted.
+      if (ref.length >= 12 || !/^[0-9a-f]+$/.test(ref)) t.equal(got, expected(tenant, ref), `${who}: ${ref} resolves as documented`)
+    }
+  }
+  for (const id of made) await direct(['rm', '-f', id])
+})

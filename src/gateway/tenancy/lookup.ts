@@ -398,9 +398,10 @@ export class Resolver {
     if (qualified !== undefined && qualified.name !== ref) {
       // Per-tenant names (names.ts): a name without the tenant's prefix (one the engine
       // generated, `eager_turing`, or one made before names were private) names the
-      // tenant's own object only; anyone else's answers as missing.
-      const generated = all.filter((o) => o.names.includes(ref))
-      if (generated.length === 1) return generated[0].owner === qualified.tenant ? generated[0] : null
+      // tenant's own object only. Another's does not exist for the tenant, as on an
+      // engine of its own: the reference goes on to be read as an id prefix.
+      const generated = all.filter((o) => o.names.includes(ref) && o.owner === qualified.tenant)
+      if (generated.length === 1) return generated[0]
       if (generated.length > 1) return null
     }
     const prefixed = all.filter((o) => o.id.startsWith(ref))
