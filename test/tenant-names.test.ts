@@ -31,11 +31,13 @@ const PROJECT = 'shop'
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pcn-'))
 t.teardown(() => fs.rmSync(tmp, { recursive: true, force: true }))
 
-type Who = 'a' | 'b' | 'admin'
+type Who = 'a' | 'b' | 'admin' | 'dotted'
 const CLAIMS: Record<Who, object> = {
   a: { sub: 'ann', tenant: TA, roles: ['tenant'] },
   b: { sub: 'bo', tenant: TB, roles: ['tenant'] },
   admin: { sub: 'root-op', roles: ['admin'] },
+  // A tenant whose name has a dot: `<tenant>.<name>` would not split back into one tenant.
+  dotted: { sub: 'dot', tenant: `names.c-${RUN}`, roles: ['tenant'] },
 }
 const { config: CONFIG } = tokensFor(CLAIMS, SECRET, tmp)
 const TENANT: Record<'a' | 'b', string> = { a: TA, b: TB }
@@ -363,4 +365,13 @@ t.test('references: every spelling resolves as the documented order says, never 
     }
   }
   for (const id of made) await direct(['rm', '-f', id])
+})
+
+t.test('a tenant whose name has a dot is refused while names are private', async (t) => {
+  for (const args of [['ps'], ['run', '--rm', '--name', 'db', IMAGE, 'true'], ['volume', 'create', 'data']]) {
+    const r = await as('dotted', args)
+    t.not(r.code, 0, `docker ${args[0]} fails`)
+    t.match(r.stderr, /cannot have private names .*rule tenant-names/, `docker ${args[0]}: refused by rule tenant-names`)
+  }
+  t.equal(await inspectDirect('volume', `names.c-${RUN}.data`), null, 'nothing was made')
 })

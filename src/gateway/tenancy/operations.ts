@@ -382,7 +382,10 @@ async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'bod
 const containerCreate: Handler = async (call) => {
   const name = call.query.get('name') ?? ''
   const stored = engineName(call, 'container', name)
-  if (stored !== name) call.setQuery('name', stored)
+  if (stored !== name) {
+    call.setQuery('name', stored)
+    call.patch.push({ op: 'replace', path: '/query/name', value: stored })
+  }
   // Who it runs as: the tenant's uid:gid unless it names another; never root unless granted (users.ts).
   await scopeUser(call, ['User'], ['HostConfig', 'GroupAdd'], 'User')
   const hc = bodyAt(call, 'HostConfig')
@@ -564,7 +567,10 @@ const containerRename: Handler = async (call) => {
   const name = call.query.get('name') ?? ''
   const stored = engineName(call, 'container', name)
   await nameFree(call, 'container', name)
-  if (stored !== name) call.setQuery('name', stored)
+  if (stored !== name) {
+    call.setQuery('name', stored)
+    call.patch.push({ op: 'replace', path: '/query/name', value: stored })
+  }
 }
 
 // ---------------------------------------------------------------------------------
