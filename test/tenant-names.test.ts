@@ -12,6 +12,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
+import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
@@ -39,7 +40,7 @@ const CLAIMS: Record<Who, object> = {
   // A tenant whose name has a dot: `<tenant>.<name>` would not split back into one tenant.
   dotted: { sub: 'dot', tenant: `names.c-${RUN}`, roles: ['tenant'] },
 }
-const { config: CONFIG } = tokensFor(CLAIMS, SECRET, tmp)
+const { token: TOKEN, config: CONFIG } = tokensFor(CLAIMS, SECRET, tmp)
 const TENANT: Record<'a' | 'b', string> = { a: TA, b: TB }
 
 let gw: TestGateway
@@ -56,6 +57,18 @@ const inspectDirect = async (kind: string, ref: string): Promise<any> => {
 const inspectAs = async (who: Who, kind: string, ref: string): Promise<any> => {
   const r = await as(who, [kind, 'inspect', ref])
   return r.code === 0 ? JSON.parse(r.stdout.toString())[0] : null
+}
+
+/** The first chunk of a streamed GET through the gateway as `who`, the stream then closed. */
+async function api (who: 'a' | 'b', target: string): Promise<string> {
+  return await new Promise((resolve, reject) => {
+    const req = http.request({ socketPath: gw.socket, path: target, headers: { authorization: `Bearer ${TOKEN[who]}` } }, (res) => {
+      res.once('data', (c: Buffer) => { resolve(c.toString()); req.destroy() })
+      res.once('end', () => resolve(''))
+    })
+    req.on('error', reject)
+    req.end()
+  })
 }
 
 const composeDir = path.join(tmp, 'compose')
@@ -158,6 +171,11 @@ t.test('the same container, network and volume names in two tenants at once', as
     t.equal(connect.code, 0, `${who}: network connect net cache`, out(connect))
     const viaConnect = await as(who, ['run', '--rm', '--network', 'net', IMAGE, 'nslookup', 'cache'])
     t.match(viaConnect.stdout.toString(), /Address:\s+\d+\.\d+\.\d+\.\d+/, `${who}: and cache, connected later, resolves too`, out(viaConnect))
+
+    const stats = await as(who, ['stats', '--no-stream', '--format', '{{.Name}}', 'db'])
+    t.equal(stats.stdout.toString().trim(), 'db', `${who}: stats --no-stream db names it db`, out(stats))
+    const streamed = await api(who, '/containers/db/stats?stream=true')
+    t.match(streamed, /"name":"\/db"/, `${who}: a streamed stats document names it /db`)
 
     const logs = await as(who, ['logs', 'db'])
     t.equal(logs.stdout.toString().trim(), `log of ${who}`, `${who}: logs db are its own`)
