@@ -50,6 +50,8 @@ export interface RequestContext {
   upstreamHeaders?: Readonly<Record<string, string>>
   /** How the answer is narrowed to the caller's tenant. */
   respond?: ResponseFilter
+  /** How an engine error's message is put in the tenant's names (tenancy/names.ts). */
+  errorText?: (message: string) => string
   /** How a streamed request body is rewritten on its way to the engine (tenancy). */
   bodyFilter?: BodyFilter
   /** An answer the gateway gives itself instead of forwarding (tenancy). */

@@ -11,8 +11,12 @@ export type ResponseFilter =
    * when the transform changed nothing.
    */
   | { readonly kind: 'json', transform (body: any): Promise<unknown> | unknown }
-  /** A stream of JSON lines (events): each kept or dropped, in order. */
-  | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
+  /**
+   * A stream of JSON lines (events): each kept or dropped, in order. `view`: what a kept
+   * line shows instead (it returns the line itself when it changes nothing, and the line
+   * then goes out as the engine's exact bytes; else re-encoded with every number exact).
+   */
+  | { readonly kind: 'lines', keep (event: any): Promise<boolean>, view? (event: any): unknown }
 
 /**
  * A streamed request body rewritten on its way to the engine (an image archive): the

@@ -91,11 +91,13 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
       ctx.upstreamMs = performance.now() - sent
       res.off('close', onClientGone)
     }
+    // An engine error naming the tenant's objects, in the tenant's names (tenancy/names.ts).
+    if (ctx.errorText !== undefined && answer.statusCode >= 400) whole = errorInTenantNames(whole, ctx.errorText)
     ctx.bytesOut = whole.length
     finish()
     // The engine's own Date header is passed on; Node must not add a second one.
     res.sendDate = false
-    res.writeHead(answer.statusCode, endToEnd(answer.headers))
+    res.writeHead(answer.statusCode, whole.length === length ? endToEnd(answer.headers) : { ...endToEnd(answer.headers), 'content-length': String(whole.length) })
     res.end(whole)
     return
   }
@@ -136,6 +138,15 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
     ctx.upstreamMs = performance.now() - sent
     res.off('close', onClientGone)
   }
+}
+
+/** An engine error document `{"message": ...}` with its message rewritten; anything else as it came. */
+function errorInTenantNames (raw: Buffer, rewrite: (message: string) => string): Buffer {
+  let doc: any
+  try { doc = JSON.parse(raw.toString('utf8')) } catch { return raw }
+  if (doc === null || typeof doc !== 'object' || typeof doc.message !== 'string') return raw
+  const message = rewrite(doc.message)
+  return message === doc.message ? raw : Buffer.from(JSON.stringify({ ...doc, message }) + '\n')
 }
 
 /** A body through its filter; the filter's error is kept, so that it (not undici's view of it) answers the client. */
@@ -217,12 +228,23 @@ export async function narrowJson (raw: Buffer, filter: Extract<ResponseFilter, {
   return Buffer.from(encodeBody(narrowed).toString('utf8').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029') + '\n', 'utf8')
 }
 
-/** A stream of JSON texts (events) narrowed record by record, in order, each kept with its exact bytes or dropped (and dropped when it is not JSON). */
-export async function * narrowLines (source: AsyncIterable<Buffer>, keep: (event: any) => Promise<boolean>): AsyncGenerator<Buffer> {
-  for await (const { bytes, value } of jsonLines(source)) {
-    if (value !== undefined && await keep(value)) yield Buffer.concat([bytes, NEWLINE])
+/**
+ * A stream of JSON texts (events) narrowed record by record, in order, each kept with its
+ * exact bytes or dropped (and dropped when it is not JSON). A kept record that `view`
+ * changes is decoded again exactly (an event's timeNano exceeds a double) and re-encoded,
+ * its RFC 7464 record separator kept.
+ */
+export async function * narrowLines (source: AsyncIterable<Buffer>, keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown): AsyncGenerator<Buffer> {
+  for await (const { bytes, line, value } of jsonLines(source)) {
+    if (value === undefined || !await keep(value)) continue
+    if (view === undefined || view(value) === value) { yield Buffer.concat([bytes, NEWLINE]); continue }
+    const rs = line.startsWith('\x1e')
+    const exact = view(decodeJson(rs ? bytes.subarray(1) : bytes))
+    yield Buffer.concat([rs ? RECORD_SEPARATOR : EMPTY, encodeBody(exact), NEWLINE])
   }
 }
+
+const RECORD_SEPARATOR = Buffer.from('\x1e')
 
 const NEWLINE = Buffer.from('\n')
 const LONG_DIGITS = /[0-9]{16}/
@@ -252,7 +274,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
   try {
-    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep), counter((n) => { ctx.bytesOut += n }, finish), res)
+    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep, filter.view), counter((n) => { ctx.bytesOut += n }, finish), res)
   } catch {
     if (!abort.signal.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -288,6 +288,7 @@ async function scope (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
   if (scoped.patch.length) ctx.rewrites = [...(ctx.rewrites ?? []), { id: 'tenancy', patch: scoped.patch }]
   if (Object.keys(headers).length) ctx.upstreamHeaders = headers
   if (scoped.respond) ctx.respond = scoped.respond
+  if (scoped.errorText) ctx.errorText = scoped.errorText
   if (scoped.bodyFilter) ctx.bodyFilter = scoped.bodyFilter
   if (scoped.answer) ctx.answer = scoped.answer
   if (scoped.settled) ctx.settled = scoped.settled

@@ -23,6 +23,7 @@
  *     tenants: { team-a: "10001:10001" }
  *     root: [team-ops]                # tenants that may run as root
  *     rootWhenRemapped: true          # root for everyone on an engine with --userns-remap
+ *   names: engine                     # engine | private: tenants' container, network and volume names
  *
  * Everything is checked when the policy loads; problems are reported with the rest.
  */
@@ -80,6 +81,12 @@ export interface TenancySettings {
   readonly users: UserSettings
   /** What some unscoped roles see of the containers (absent: everything). */
   readonly views?: readonly ContainerView[]
+  /**
+   * Container, network and volume names of tenants: `engine` (the engine's one namespace,
+   * shared by all) or `private` (each tenant names as on an engine of its own; stored on
+   * the engine as `<tenant>.<name>`: src/gateway/tenancy/names.ts). Absent: `engine`.
+   */
+  readonly names?: 'engine' | 'private'
 }
 
 /**
@@ -124,7 +131,7 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names']
 /** Linux ids are 32 bits; (uid_t)-1 (4294967295) means "no change" to the kernel and is not an id. */
 const MAX_ID = 4294967294
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
@@ -279,7 +286,12 @@ export function compileTenancy (file: string, name: string, problems: string[]):
   }
   const userSettings = m.users === undefined ? DEFAULT_TENANCY.users : users(m.users, name, problems)
   const viewList = m.views === undefined ? [] : views(m.views, `${name}: views`, unscopedRoles, problems)
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact, users: userSettings, views: viewList })
+  let names: 'engine' | 'private' = 'engine'
+  if (m.names !== undefined) {
+    if (m.names === 'engine' || m.names === 'private') names = m.names
+    else problems.push(`${name}: names: expected private (each tenant names containers, networks and volumes as on its own engine) or engine (one namespace for all), got ${JSON.stringify(m.names)}`)
+  }
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact, users: userSettings, views: viewList, names })
 }
 
 /** `views`: a list of `{ roles, containers: LABEL }`, for unscoped roles only (a tenant's view is its tenant). */

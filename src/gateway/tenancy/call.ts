@@ -14,6 +14,7 @@ import type { QuotaStore } from './quota-store'
 import { familiar, parseImageRef } from './images'
 import type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 import { TenancyRefusal } from './refusal'
+import { Names } from './names'
 
 export type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 
@@ -51,6 +52,8 @@ export class Call {
   answer?: LocalAnswer
   /** The full id of a container whose bind sources the engine walks again for this request (policy/fields.ts REMOUNTING_OPS). */
   remounts?: string
+  /** The tenant's names and the engine's (names.ts): qualified only under `names: private`. */
+  readonly names: Names
 
   constructor (
     readonly op: Operation,
@@ -70,6 +73,17 @@ export class Call {
     this.params = { ...params }
     this.query = new URLSearchParams(query)
     this.body = body
+    this.names = new Names(settings.names === 'private' ? tenant : null)
+  }
+
+  /**
+   * The answer, once the filter set so far has run, through `view` as well (names.ts: the
+   * tenant's plain names). `view` returns its argument itself when it changes nothing.
+   */
+  viewAnswer (view: (body: any) => unknown): void {
+    const before = this.respond
+    if (before !== undefined && before.kind !== 'json') return
+    this.respond = { kind: 'json', transform: async (b) => view(before === undefined ? b : await before.transform(b)) }
   }
 
   /** The tenant's image namespace (`team-a`). */

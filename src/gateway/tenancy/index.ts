@@ -19,6 +19,7 @@ import { handlers } from './operations'
 import type { QuotaStore } from './quota-store'
 import { podmanMissing } from './podman'
 import { refuse, TenancyRefusal } from './refusal'
+import { TENANT_NAME } from './names'
 
 export { QuotaStore } from './quota-store'
 export { TenancyRefusal } from './refusal'
@@ -49,6 +50,8 @@ export interface Scoped {
   readonly settled?: (status: number) => void
   /** The full id of a container whose binds the engine mounts for this request: their sources are judged again first. */
   readonly remounts?: string
+  /** An engine error's message in the tenant's names (per-tenant names: names.ts). */
+  readonly errorText?: (message: string) => string
 }
 
 export class Tenancy {
@@ -85,6 +88,14 @@ export class Tenancy {
     if (tenant === '' && !['SystemPing', 'SystemPingHead', 'SystemVersion', 'SystemPingLibpod', 'SystemPingHeadLibpod', 'SystemVersionLibpod'].includes(op.id)) {
       return refused(refuse('tenant-required', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`))
     }
+    if (settings.names === 'private' && tenant !== '') {
+      // The qualified form `<tenant>.<name>` is reversible only for a tenant without a dot (names.ts).
+      if (!TENANT_NAME.test(tenant)) return refused(refuse('tenant-names', `${op.id} refused: tenant ${JSON.stringify(tenant)} cannot have private names (tenancy.yaml names: private needs tenants of letters, digits, _ and -, beginning with a letter or digit)`))
+      // Podman's own API names objects in fields of its own, which are not qualified.
+      if (op.id.endsWith('Libpod') && !['SystemPingLibpod', 'SystemPingHeadLibpod', 'SystemVersionLibpod'].includes(op.id)) {
+        return refused(refuse('tenant-names', `${op.id} refused: Podman's own API is not available to tenants while names are private (tenancy.yaml names: private); use the Docker-compatible API`))
+      }
+    }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth, this.quotaStore)
     try {
       await handler(call)
@@ -104,6 +115,7 @@ export class Tenancy {
       ...(call.bodyFilter ? { bodyFilter: call.bodyFilter } : {}),
       ...(call.answer ? { answer: call.answer } : {}),
       ...(call.remounts !== undefined ? { remounts: call.remounts } : {}),
+      ...(call.names.private ? { errorText: (m: string) => call.names.text(m) } : {}),
       ...(call.settled.length > 0 ? { settled: (status: number) => { for (const f of call.settled) f(status) } } : {}),
     }
     // The answer's filters and the settle hook keep `call` for as long as the request

@@ -37,6 +37,8 @@ export type Resolution =
   | { readonly state: 'missing', readonly absent?: true }
 
 type Labels = Record<string, string> | null | undefined
+/** A reference's engine name under per-tenant names, and whose it is. */
+interface Qualified { readonly name: string, readonly tenant: string }
 const ABSENT: Resolution = { state: 'missing', absent: true }
 const FULL_ID = /^[0-9a-f]{64}$/
 const SWARM_ID = /^[0-9a-z]{25}$/
@@ -386,20 +388,29 @@ export class Resolver {
    * name or prefix that means another object to the engine must not mean the tenant's
    * own object to the gateway. An ambiguous choice (the engine refuses it) is null.
    */
-  private pick<T extends { id: string, names: string[] }> (ref: string, all: T[]): T | null {
+  private pick<T extends { id: string, names: string[], owner?: string | null }> (ref: string, all: T[], qualified?: Qualified): T | null {
     if (ref === '') return null
     const byId = all.find((o) => o.id === ref)
     if (byId) return byId
-    const named = all.filter((o) => o.names.includes(ref))
+    const named = all.filter((o) => o.names.includes(qualified?.name ?? ref))
     if (named.length === 1) return named[0]
     if (named.length > 1) return null
+    if (qualified !== undefined && qualified.name !== ref) {
+      // Per-tenant names (names.ts): a name without the tenant's prefix (one the engine
+      // generated, `eager_turing`, or one made before names were private) names the
+      // tenant's own object only. Another's does not exist for the tenant, as on an
+      // engine of its own: the reference goes on to be read as an id prefix.
+      const generated = all.filter((o) => o.names.includes(ref) && o.owner === qualified.tenant)
+      if (generated.length === 1) return generated[0]
+      if (generated.length > 1) return null
+    }
     const prefixed = all.filter((o) => o.id.startsWith(ref))
     return prefixed.length === 1 ? prefixed[0] : null
   }
 
   /** Whether no object of `all` could be what the engine picks for `ref` (none matches by id, name or id prefix). */
-  private noneMatches (ref: string, all: Array<{ id: string, names: string[] }>): boolean {
-    return ref !== '' && !all.some((o) => o.id === ref || o.names.includes(ref) || o.id.startsWith(ref))
+  private noneMatches (ref: string, all: Array<{ id: string, names: string[] }>, qualified?: Qualified): boolean {
+    return ref !== '' && !all.some((o) => o.id === ref || o.names.includes(ref) || (qualified !== undefined && o.names.includes(qualified.name)) || o.id.startsWith(ref))
   }
 
   /** The engine's pick among all objects, then its owner decides: the tenant's own, or missing (absent when nothing matched). */
@@ -408,8 +419,10 @@ export class Resolver {
     return { state: 'own', id: pick.id, ...(pick.names[0] ? { name: pick.names[0] } : {}) }
   }
 
-  async container (ref: string, tenant: string): Promise<Resolution> {
+  /** `qualified`: the engine's name for `ref` under per-tenant names (names.ts); the name itself otherwise. */
+  async container (ref: string, tenant: string, qualified?: string): Promise<Resolution> {
     const name = ref.startsWith('/') ? ref.slice(1) : ref
+    const q = qualified === undefined ? undefined : { name: qualified.replace(/^\//, ''), tenant }
     if (FULL_ID.test(name)) {
       // A full id is the engine's first choice whenever it exists.
       const owner = await this.ownerById('container', name, `/containers/${name}/json`, (b) => b?.Config?.Labels)
@@ -420,7 +433,7 @@ export class Resolver {
     if (r.status !== 200 || !Array.isArray(r.body)) throw new GatewayError('UPSTREAM_FAILED', `listing containers for an ownership check failed (${r.status})`)
     // Names include the links' `/parent/alias` names, which the engine's name registry resolves too.
     const all = (r.body as any[]).map((c) => ({ id: String(c.Id), names: (c.Names ?? []).map((n: string) => String(n).replace(/^\//, '')), owner: ownerOf(c.Labels) }))
-    return this.decide(this.pick(name, all), tenant, this.noneMatches(name, all))
+    return this.decide(this.pick(name, all, q), tenant, this.noneMatches(name, all, q))
   }
 
   /**
@@ -433,7 +446,8 @@ export class Resolver {
     return found.length === 1 ? { state: 'own', id: String(found[0].Id), name: want.slice(1) } : { state: 'missing' }
   }
 
-  async network (ref: string, tenant: string): Promise<Resolution> {
+  async network (ref: string, tenant: string, qualified?: string): Promise<Resolution> {
+    const q = qualified === undefined ? undefined : { name: qualified, tenant }
     if (FULL_ID.test(ref)) {
       const owner = await this.ownerById('network', ref, `/networks/${ref}`, (b) => b?.Labels)
       if (owner === tenant) return { state: 'own', id: ref }
@@ -441,7 +455,7 @@ export class Resolver {
     const r = await this.get('/networks')
     if (r.status !== 200 || !Array.isArray(r.body)) throw new GatewayError('UPSTREAM_FAILED', `listing networks for an ownership check failed (${r.status})`)
     const all = (r.body as any[]).map((n) => ({ id: String(n.Id), names: [String(n.Name)], owner: ownerOf(n.Labels), scope: n.Scope }))
-    const pick = this.pick(ref, all)
+    const pick = this.pick(ref, all, q)
     // The predefined networks are nobody's: visible (and attachable, as policy allows) to all.
     const engine = await this.engine()
     if (pick && pick.owner === null && isPredefinedNetwork(pick.names[0], engine) && pick.scope === 'local') {
@@ -453,7 +467,7 @@ export class Resolver {
       if (d.status === 200 && ownerOf(d.body?.Labels) === null) return { state: 'shared', id: String(d.body.Id), name: ref }
       if (d.status === 200) return { state: 'missing' }
     }
-    return this.decide(pick, tenant, this.noneMatches(ref, all))
+    return this.decide(pick, tenant, this.noneMatches(ref, all, q))
   }
 
   async volume (name: string, tenant: string): Promise<Resolution> {

@@ -23,6 +23,7 @@ import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
 import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
+import { matchesName, RESTRICTED_NAME, type NamedKind } from './names'
 import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './responses'
 import { libpodHandlers } from './libpod'
@@ -36,15 +37,30 @@ export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
 async function resolve (call: Call, kind: Resolvable, ref: string): Promise<Resolution> {
   switch (kind) {
-    case 'container': return call.r.container(ref, call.tenant)
-    case 'volume': return call.r.volume(ref, call.tenant)
-    case 'network': return call.r.network(ref, call.tenant)
+    case 'container': return call.names.private ? call.r.container(ref, call.tenant, call.names.qualify('container', ref)) : call.r.container(ref, call.tenant)
+    case 'volume': return ownVolume(call, ref)
+    case 'network': return call.names.private ? call.r.network(ref, call.tenant, call.names.qualify('network', ref)) : call.r.network(ref, call.tenant)
     case 'exec': return call.r.exec(ref, call.tenant)
     case 'service': return call.r.service(ref, call.tenant)
     case 'task': return call.r.task(ref, call.tenant)
     case 'secret': return call.r.secret(ref, call.tenant)
     case 'config': return call.r.config(ref, call.tenant)
   }
+}
+
+/**
+ * A volume the tenant names. Under per-tenant names (names.ts) its plain name means the
+ * qualified one; a name the engine generated (an anonymous volume's 64 hex digits), or
+ * one made before names were private, names the tenant's own volume of that name only.
+ * The resolution's id is the engine's name.
+ */
+async function ownVolume (call: Call, ref: string): Promise<Resolution> {
+  const qualified = call.names.qualify('volume', ref)
+  if (qualified === ref) return call.r.volume(ref, call.tenant)
+  const res = await call.r.volume(qualified, call.tenant)
+  if (res.state !== 'missing' || res.absent !== true) return res
+  const unprefixed = await call.r.volume(ref, call.tenant)
+  return unprefixed.state === 'own' ? unprefixed : unprefixed.state === 'missing' && unprefixed.absent === true ? unprefixed : { state: 'missing' }
 }
 
 /** The object a reference names must be the tenant's own; answers as missing otherwise. Returns its full id. */
@@ -58,7 +74,8 @@ async function own (call: Call, kind: Resolvable, ref: string, where: 'path' | '
 function owned (kind: Resolvable, param = 'id'): Handler {
   return async (call) => {
     const id = await own(call, kind, call.params[param])
-    if (kind !== 'volume') call.setParam(param, id)
+    // A volume's id is its name: the engine's (qualified) one under per-tenant names.
+    if (kind !== 'volume' || call.names.private) call.setParam(param, id)
   }
 }
 
@@ -125,6 +142,61 @@ function keepOwn (labels: (o: any) => unknown, opts: { wrap?: 'Volumes', hide?: 
   }
 }
 
+/**
+ * A list under per-tenant names (names.ts): each element in the tenant's plain names, and
+ * the client's `name` filter applied by the gateway to those names (the engine sees only
+ * the qualified ones; the list is the tenant's own already, so this only narrows it).
+ */
+function plainList (kind: NamedKind, inner: Handler, wrap?: 'Volumes'): Handler {
+  return async (call) => {
+    if (!call.names.private) return await inner(call)
+    const filters = parseFilters(call.query)
+    const before = serializeFilters(filters)
+    const patterns = filters.get('name') ?? new Set<string>()
+    filters.delete('name')
+    if (kind === 'container') {
+      // `network=` and `volume=` match a network's or mount's name (or id, or a mount's
+      // destination): the qualified name is added beside the value given. `before=` and
+      // `since=` name a container, resolved as every reference is (the tenant's own, or missing).
+      for (const [key, of] of [['network', 'network'], ['volume', 'volume']] as const) {
+        const values = filters.get(key)
+        if (values) filters.set(key, new Set([...values, ...[...values].filter((v) => !v.includes('/')).map((v) => call.names.qualify(of, v))]))
+      }
+      for (const key of ['before', 'since']) {
+        const values = filters.get(key)
+        if (values) filters.set(key, new Set(await Promise.all([...values].map(async (v) => await own(call, 'container', v)))))
+      }
+    }
+    if (serializeFilters(filters) !== before) call.setQuery('filters', serializeFilters(filters))
+    await inner(call)
+    const view = (o: any): any => kind === 'container' ? call.names.container(o) : kind === 'network' ? call.names.network(o) : call.names.volume(o)
+    // The engine matches a container's own name (not its link names), with and without the slash.
+    const names = (o: any): string[] => kind === 'container'
+      ? list(o?.Names).map(str).filter((n) => n.lastIndexOf('/') === 0).flatMap((n) => [n, n.slice(1)])
+      : [str(o?.Name)]
+    call.viewAnswer((b) => {
+      const all = list(wrap ? b?.[wrap] : b)
+      const seen = all.map(view).filter((o) => matchesName(patterns, names(o)))
+      if (seen.length === all.length && seen.every((o, i) => o === all[i])) return b
+      return wrap ? { ...b, [wrap]: seen } : seen
+    })
+  }
+}
+
+/** A prune's answer lists the names it deleted: in the tenant's plain names (names.ts). */
+function prunedNames (kind: 'volume' | 'network', field: string, inner: Handler): Handler {
+  return async (call) => {
+    await inner(call)
+    if (!call.names.private) return
+    call.viewAnswer((b) => {
+      const deleted = b?.[field]
+      if (!Array.isArray(deleted)) return b
+      const plain = deleted.map((n) => typeof n === 'string' ? call.names.plain(kind, n) : n)
+      return plain.every((n, i) => n === deleted[i]) ? b : { ...b, [field]: plain }
+    })
+  }
+}
+
 /** An object's own answer (inspect, create) without the owner labels at those places. */
 function hidden (call: Call, places: readonly LabelsAt[]): void {
   call.respond = { kind: 'json', transform: (b) => hideAll(b, places) }
@@ -152,9 +224,26 @@ async function nameFree (call: Call, kind: 'container' | 'network' | 'service' |
   if (/^[0-9a-f]{12,64}$/.test(bare) || ((kind === 'service' || kind === 'secret' || kind === 'config') && /^[0-9a-z]{25}$/.test(bare))) {
     throw refuse('tenant-names', `the ${kind} name "${bare}" looks like an object id: choose a name that is not ${kind === 'container' || kind === 'network' ? '12 or more hexadecimal digits' : 'shaped like an id'}`)
   }
-  const holder = await call.r.nameHolder(kind, name.replace(/^\//, ''))
+  const engineName = kind === 'container' || kind === 'network' ? call.names.qualify(kind, bare) : bare
+  const holder = await call.r.nameHolder(kind, engineName)
   if (holder === undefined || holder === call.tenant) return
   throw nameTaken(kind, name.replace(/^\//, ''), call.tenant)
+}
+
+/**
+ * A plain name a tenant gives a container or volume under per-tenant names: checked with
+ * the engine's grammar (the qualified name always begins well) and answered in the
+ * engine's words; then the engine's name for it.
+ */
+function engineName (call: Call, kind: 'container' | 'volume', plain: string): string {
+  if (!call.names.private || plain === '') return plain
+  const bare = kind === 'container' ? plain.replace(/^\//, '') : plain
+  if (!RESTRICTED_NAME.test(bare)) {
+    throw new GatewayError('BODY_INVALID', kind === 'container'
+      ? `Invalid container name (${bare}), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed`
+      : `create ${bare}: "${bare}" includes invalid characters for a local volume name, only "[a-zA-Z0-9][a-zA-Z0-9_.-]" are allowed. If you intended to pass a host directory, use absolute path`)
+  }
+  return call.names.qualify(kind, plain)
 }
 
 function nameTaken (kind: string, name: string, tenant: string): TenancyRefusal {
@@ -187,7 +276,7 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
   const netMode = str(hc?.NetworkMode)
   let netModeId: string | undefined
   if (netMode && !netMode.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(netMode)) {
-    netModeId = pinnedNetwork(netMode, await ownOrSharedNetwork(call, netMode, 'body'))
+    netModeId = pinnedNetwork(call.names.qualify('network', netMode), await ownOrSharedNetwork(call, netMode, 'body'))
     call.setBody(['HostConfig', 'NetworkMode'], netModeId)
   }
   const endpoints = networking?.EndpointsConfig
@@ -196,7 +285,7 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
     let changed = false
     for (const [net, ep] of Object.entries(endpoints)) {
       let key = net
-      if (!['default', 'bridge', 'host', 'none'].includes(net)) key = net === netMode && netModeId !== undefined ? netModeId : pinnedNetwork(net, await ownOrSharedNetwork(call, net, 'body'))
+      if (!['default', 'bridge', 'host', 'none'].includes(net)) key = net === netMode && netModeId !== undefined ? netModeId : pinnedNetwork(call.names.qualify('network', net), await ownOrSharedNetwork(call, net, 'body'))
       let value = ep
       const links = list((ep as any)?.Links)
       const userDefined = !['default', 'bridge', 'host', 'none'].includes(net)
@@ -207,6 +296,8 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
     if (changed) call.setBody(['NetworkingConfig', 'EndpointsConfig'], pinned)
   }
   // Named volumes: the tenant's own, or new ones the gateway creates with owner labels.
+  // Under per-tenant names each is sent by its engine name (the tenant's own, or the new
+  // qualified one).
   const named = new Set<string>()
   for (const b of list(hc?.Binds)) {
     const src = str(b).split(':')[0]
@@ -217,11 +308,26 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
     if (str((m as any)?.Type) === 'volume' && volumeName(str((m as any)?.Source))) named.add(str((m as any).Source))
   }
   const newVolumes: string[] = []
+  const stored = new Map<string, string>()
   for (const name of named) {
-    const res = await call.r.volume(name, call.tenant)
-    if (res.state === 'own') continue
-    if (await call.r.volumeExists(name)) throw nameTaken('volume', name, call.tenant)
-    newVolumes.push(name)
+    const res = await ownVolume(call, name)
+    if (res.state === 'own') { stored.set(name, res.id); continue }
+    const engine = engineName(call, 'volume', name)
+    if (await call.r.volumeExists(engine)) throw nameTaken('volume', name, call.tenant)
+    stored.set(name, engine)
+    newVolumes.push(engine)
+  }
+  if (call.names.private) {
+    for (const [i, b] of list(hc?.Binds).entries()) {
+      const at = str(b).indexOf(':')
+      const src = at < 0 ? str(b) : str(b).slice(0, at)
+      const to = stored.get(src)
+      if (to !== undefined && to !== src) call.setBody(['HostConfig', 'Binds', String(i)], to + (at < 0 ? '' : str(b).slice(at)))
+    }
+    for (const [i, m] of list(hc?.Mounts).entries()) {
+      const to = str((m as any)?.Type) === 'volume' ? stored.get(str((m as any)?.Source)) : undefined
+      if (to !== undefined && to !== str((m as any).Source)) call.setBody(['HostConfig', 'Mounts', String(i), 'Source'], to)
+    }
   }
   if (typeof image === 'string' && image) await visibleImage(call, image)
   return { newVolumes }
@@ -247,7 +353,13 @@ async function endpointLink (call: Call, link: string, userDefined: boolean): Pr
   try {
     return await ownLink(call, link, 'body')
   } catch (err) {
-    if (userDefined && err instanceof TenancyRefusal && err.absent) return link
+    if (userDefined && err instanceof TenancyRefusal && err.absent) {
+      if (!call.names.private) return link
+      // The name the container will have on the engine; the alias stays the tenant's.
+      const at = link.indexOf(':')
+      const ref = at < 0 ? link : link.slice(0, at)
+      return `${call.names.qualify('container', ref)}:${at < 0 ? ref.replace(/^\//, '') : link.slice(at + 1)}`
+    }
     throw err
   }
 }
@@ -262,13 +374,18 @@ function pinnedNetwork (ref: string, found: Found): string {
 }
 
 async function ownOrSharedNetwork (call: Call, ref: string, where: 'path' | 'body' = 'path'): Promise<Found> {
-  const res = await call.r.network(ref, call.tenant)
+  const res = await resolve(call, 'network', ref)
   if (res.state === 'missing') throw missing('network', ref, call.op.id, where, res.absent === true)
   return res
 }
 
 const containerCreate: Handler = async (call) => {
   const name = call.query.get('name') ?? ''
+  const stored = engineName(call, 'container', name)
+  if (stored !== name) {
+    call.setQuery('name', stored)
+    call.patch.push({ op: 'replace', path: '/query/name', value: stored })
+  }
   // Who it runs as: the tenant's uid:gid unless it names another; never root unless granted (users.ts).
   await scopeUser(call, ['User'], ['HostConfig', 'GroupAdd'], 'User')
   const hc = bodyAt(call, 'HostConfig')
@@ -279,6 +396,7 @@ const containerCreate: Handler = async (call) => {
     checkQuota(call, { containers: 1, memory: memoryOf(hc), nanoCpus: cpuOf(hc) }),
   ] as const)
   await checkVolumeQuota(call, newVolumes.length)
+  if (call.names.private && name !== '') plainNameAliases(call, name.replace(/^\//, ''))
   await podmanSystemdMode(call, hc)
   // What Podman reads of a Docker-compatible create is its CreateContainerConfig: Docker's
   // structs (which the schema lists) and three fields of its own, harmless; it ignores the
@@ -304,6 +422,28 @@ const containerCreate: Handler = async (call) => {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
     if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
   }
+}
+
+const USER_DEFINED = (net: string): boolean => net !== '' && !net.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(net)
+
+/**
+ * On a user-defined network the engine's DNS answers a container's name, which under
+ * per-tenant names is the qualified one: the plain name is added as an alias on each such
+ * network of a create (the networks are the tenant's own: the alias reaches nobody else).
+ */
+function plainNameAliases (call: Call, plain: string): void {
+  const mode = str(bodyAt(call, 'HostConfig', 'NetworkMode'))
+  const endpoints = bodyAt(call, 'NetworkingConfig', 'EndpointsConfig')
+  const out: Record<string, any> = endpoints !== null && typeof endpoints === 'object' && !Array.isArray(endpoints) ? { ...endpoints } : {}
+  if (USER_DEFINED(mode) && !Object.hasOwn(out, mode)) out[mode] = {}
+  let changed = false
+  for (const [net, ep] of Object.entries(out)) {
+    const aliases = list(ep?.Aliases).map(str)
+    if (!USER_DEFINED(net) || aliases.includes(plain)) continue
+    out[net] = { ...(ep ?? {}), Aliases: [...aliases, plain] }
+    changed = true
+  }
+  if (changed) call.setBody(['NetworkingConfig', 'EndpointsConfig'], out)
 }
 
 const COMPAT_CREATE = bodySchemas.get('ContainerCreate') as BodyNode
@@ -406,9 +546,12 @@ const containerDelete: Handler = async (call) => {
   const ref = call.params.id
   const slash = ref.lastIndexOf('/')
   if (slash < 0 || !goBool(call.query.get('link'))) return await owned('container')(call)
-  const parent = await call.r.containerByName(ref.slice(0, slash), call.tenant)
+  const parentName = call.names.qualify('container', ref.slice(0, slash))
+  const parent = await call.r.containerByName(parentName, call.tenant)
   if (parent.state !== 'own') throw missing('container', ref, call.op.id)
   call.setQuery('link', '1')
+  // Under per-tenant names the engine looks the parent up by its qualified name.
+  call.setParam('id', `${parentName.replace(/^\//, '')}${ref.slice(slash)}`)
 }
 
 /** A start from a checkpoint (experimental engines) reads `checkpoint-dir`, a host directory: not for tenants. */
@@ -421,7 +564,13 @@ const containerStart: Handler = async (call) => {
 
 const containerRename: Handler = async (call) => {
   call.setParam('id', await own(call, 'container', call.params.id))
-  await nameFree(call, 'container', call.query.get('name') ?? '')
+  const name = call.query.get('name') ?? ''
+  const stored = engineName(call, 'container', name)
+  await nameFree(call, 'container', name)
+  if (stored !== name) {
+    call.setQuery('name', stored)
+    call.patch.push({ op: 'replace', path: '/query/name', value: stored })
+  }
 }
 
 // ---------------------------------------------------------------------------------
@@ -754,6 +903,7 @@ const networkInspect: Handler = async (call) => {
   } else {
     hidden(call, [NETWORK_LABELS])
   }
+  call.viewAnswer((b) => call.names.network(b))
 }
 
 const networkConnect: Handler = async (call) => {
@@ -765,7 +915,17 @@ const networkConnect: Handler = async (call) => {
   const id = await own(call, 'container', c, forced ? 'endpoint' : 'path')
   if (id !== c) call.setBody(['Container'], id)
   const userDefined = res.state === 'own'
-  for (const l of list(bodyAt(call, 'EndpointConfig', 'Links'))) await endpointLink(call, str(l), userDefined)
+  if (call.names.private && userDefined && call.op.id === 'NetworkConnect') {
+    // The container's plain name, for the network's DNS (as at create: plainNameAliases).
+    const name = str((await call.r.get(`/containers/${id}/json`)).body?.Name)
+    const plain = call.names.plain('container', name).replace(/^\//, '')
+    const aliases = list(bodyAt(call, 'EndpointConfig', 'Aliases')).map(str)
+    if (plain !== '' && !aliases.includes(plain)) call.setBody(['EndpointConfig', 'Aliases'], [...aliases, plain])
+  }
+  const links = list(bodyAt(call, 'EndpointConfig', 'Links'))
+  const pinned = await Promise.all(links.map(async (l) => await endpointLink(call, str(l), userDefined)))
+  // Under per-tenant names the links must name the engine's containers.
+  if (call.names.private && pinned.some((l, i) => l !== links[i])) call.setBody(['EndpointConfig', 'Links'], pinned)
 }
 
 /**
@@ -796,10 +956,14 @@ const networkCreate: Handler = async (call) => {
   // own, named by its exact name (the engine looks ConfigFrom up by name).
   const from = str(bodyAt(call, 'ConfigFrom', 'Network'))
   if (from !== '') {
-    const found = await call.r.network(from, call.tenant)
-    if (found.state !== 'own' || found.name !== from) throw missing('network', from, call.op.id, 'body', found.state === 'missing' && found.absent === true)
+    const fromName = call.names.qualify('network', from)
+    const found = await call.r.network(fromName, call.tenant)
+    if (found.state !== 'own' || found.name !== fromName) throw missing('network', from, call.op.id, 'body', found.state === 'missing' && found.absent === true)
+    if (fromName !== from) call.setBody(['ConfigFrom', 'Network'], fromName)
   }
   await nameFree(call, 'network', name)
+  const stored = call.names.qualify('network', name)
+  if (stored !== name) call.setBody(['Name'], stored)
   stamp(call, ['Labels'])
 }
 
@@ -844,13 +1008,16 @@ const volumePrune: Handler = async (call) => {
 }
 
 const volumeCreate: Handler = async (call) => {
-  // The engine answers with the volume: without the owner labels.
+  // The engine answers with the volume: without the owner labels, in the tenant's names.
   hidden(call, [VOLUME_LABELS])
-  const name = str(bodyAt(call, 'Name'))
+  call.viewAnswer((b) => call.names.volume(b))
+  const plain = str(bodyAt(call, 'Name'))
+  const name = engineName(call, 'volume', plain)
+  if (name !== plain) call.setBody(['Name'], name)
   if (name) {
     const res = await call.r.volume(name, call.tenant)
     // The engine answers a create of an existing volume with that volume: not another tenant's.
-    if (res.state !== 'own' && await call.r.volumeExists(name)) throw nameTaken('volume', name, call.tenant)
+    if (res.state !== 'own' && await call.r.volumeExists(name)) throw nameTaken('volume', plain, call.tenant)
     if (res.state === 'own') return stamp(call, ['Labels'])
   }
   await checkVolumeQuota(call, 1)
@@ -858,14 +1025,17 @@ const volumeCreate: Handler = async (call) => {
 }
 
 const volumeInspect: Handler = async (call) => {
-  await own(call, 'volume', call.params.name)
+  const id = await own(call, 'volume', call.params.name)
+  if (call.names.private) call.setParam('name', id)
   hidden(call, [VOLUME_LABELS])
+  call.viewAnswer((b) => call.names.volume(b))
 }
 
 const containerInspect: Handler = async (call) => {
   call.setParam('id', await own(call, 'container', call.params.id))
   // A container's limits are int64s: kept exact.
   hidden(call, [{ path: ['Config', 'Labels'], empty: {} }])
+  call.viewAnswer((b) => call.names.container(b))
 }
 
 // ---------------------------------------------------------------------------------
@@ -882,15 +1052,21 @@ async function serviceReferences (call: Call): Promise<void> {
       if (str(s?.[`${kind === 'secret' ? 'Secret' : 'Config'}ID`]) !== id) call.setBody(['TaskTemplate', 'ContainerSpec', field, String(i), `${kind === 'secret' ? 'Secret' : 'Config'}ID`], id)
     }
   }
-  for (const n of [...list(bodyAt(call, 'TaskTemplate', 'Networks')), ...list(bodyAt(call, 'Networks'))]) {
-    const target = str((n as any)?.Target)
-    if (target) await own(call, 'network', target, 'body')
+  for (const at of [['TaskTemplate', 'Networks'], ['Networks']]) {
+    for (const [i, n] of list(bodyAt(call, ...at)).entries()) {
+      const target = str((n as any)?.Target)
+      if (!target) continue
+      const id = await own(call, 'network', target, 'body')
+      // Under per-tenant names the engine must read the network that was checked.
+      if (call.names.private && id !== target) call.setBody([...at, String(i), 'Target'], id)
+    }
   }
-  for (const m of list(cs?.Mounts)) {
+  for (const [i, m] of list(cs?.Mounts).entries()) {
     if (swarmMountType((m as any)?.Type) === 'volume' && str((m as any)?.Source)) {
       const src = str((m as any).Source)
-      const res = await call.r.volume(src, call.tenant)
+      const res = await ownVolume(call, src)
       if (res.state !== 'own') throw missing('volume', src, call.op.id, 'body', res.state === 'missing' && res.absent === true)
+      if (res.id !== src) call.setBody(['TaskTemplate', 'ContainerSpec', 'Mounts', String(i), 'Source'], res.id)
     }
   }
   // The image: another tenant's private image is refused as missing; one not on the
@@ -995,14 +1171,42 @@ const systemDf: Handler = async (call) => {
       const df: any = await filterDataUsage(call, b)
       return {
         ...df,
-        Containers: list(df.Containers).map((c) => hideAll(c, [CONTAINER_LABELS])),
+        Containers: list(df.Containers).map((c) => call.names.container(hideAll(c, [CONTAINER_LABELS]))),
         Images: list(df.Images).map((i) => hideAll(i, [IMAGE_LABELS])),
-        Volumes: list(df.Volumes).map((v) => hideAll(v, [VOLUME_LABELS])),
+        Volumes: list(df.Volumes).map((v) => call.names.volume(hideAll(v, [VOLUME_LABELS]))),
       }
     },
   }
 }
-const systemEvents: Handler = async (call) => { call.respond = { kind: 'lines', keep: filterEvents(call) } }
+const systemEvents: Handler = async (call) => {
+  eventNameFilters(call)
+  call.respond = { kind: 'lines', keep: filterEvents(call), ...(call.names.private ? { view: (ev: any) => call.names.event(ev) } : {}) }
+}
+
+/**
+ * An events filter naming a container, network or volume matches the actor's id or its
+ * name (moby events Filter): under per-tenant names the qualified name is added beside
+ * each value the tenant gave (which still matches ids and id prefixes).
+ */
+function eventNameFilters (call: Call): void {
+  if (!call.names.private) return
+  const filters = parseFilters(call.query)
+  let changed = false
+  for (const kind of ['container', 'network', 'volume'] as const) {
+    const values = filters.get(kind)
+    if (!values) continue
+    const out = new Set(values)
+    for (const v of values) out.add(call.names.qualify(kind, v))
+    if (out.size !== values.size) { filters.set(kind, out); changed = true }
+  }
+  if (changed) call.setQuery('filters', serializeFilters(filters))
+}
+
+/** A container's stats (`name`), one document or a stream of them, in the tenant's names. */
+const containerStats: Handler = async (call) => {
+  await owned('container')(call)
+  if (call.names.private) call.respond = { kind: 'lines', keep: async () => true, view: (s: any) => call.names.stats(s) }
+}
 
 const distributionInspect: Handler = async (call) => {
   const parsed = parseImageRef(call.params.name)
@@ -1034,14 +1238,14 @@ const NOT_TENANT = 'engine-wide'
 
 export const handlers: Readonly<Record<string, Handler>> = {
   // Containers
-  ContainerList: labelFiltered(keepOwn((c) => c?.Labels, { hide: CONTAINER_LABELS })),
+  ContainerList: plainList('container', labelFiltered(keepOwn((c) => c?.Labels, { hide: CONTAINER_LABELS }))),
   ContainerCreate: containerCreate,
   ContainerInspect: containerInspect,
   ContainerTop: containerTop,
   ContainerLogs: owned('container'),
   ContainerChanges: owned('container'),
   ContainerExport: owned('container'),
-  ContainerStats: owned('container'),
+  ContainerStats: containerStats,
   ContainerResize: owned('container'),
   ContainerStart: containerStart,
   ContainerStop: owned('container'),
@@ -1098,20 +1302,20 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SystemEvents: systemEvents,
   SystemDataUsage: systemDf,
   // Volumes
-  VolumeList: labelFiltered(keepOwn((v) => v?.Labels, { wrap: 'Volumes', hide: VOLUME_LABELS })),
+  VolumeList: plainList('volume', labelFiltered(keepOwn((v) => v?.Labels, { wrap: 'Volumes', hide: VOLUME_LABELS })), 'Volumes'),
   VolumeCreate: volumeCreate,
   VolumeInspect: volumeInspect,
   VolumeUpdate: owned('volume', 'name'),
   VolumeDelete: owned('volume', 'name'),
-  VolumePrune: volumePrune,
+  VolumePrune: prunedNames('volume', 'VolumesDeleted', volumePrune),
   // Networks
-  NetworkList: networkList,
+  NetworkList: plainList('network', networkList),
   NetworkInspect: networkInspect,
   NetworkDelete: owned('network'),
   NetworkCreate: networkCreate,
   NetworkConnect: networkConnect,
   NetworkDisconnect: networkConnect,
-  NetworkPrune: labelFiltered(),
+  NetworkPrune: prunedNames('network', 'NetworksDeleted', labelFiltered()),
   // Plugins
   // Plugins are engine-wide: a tenant has none (so that `docker inspect NAME` still
   // answers "no such object" after trying every kind), and may not manage any.
