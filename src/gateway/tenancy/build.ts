@@ -350,7 +350,6 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
         break
       }
       case 'RUN':
-        if (trigger !== 'ONBUILD') runs(trigger === undefined ? 'RUN' : `RUN (a trigger of ${trigger})`)
         for (const f of flags) {
           if (f.getName().toLowerCase() !== 'mount') continue
           for (const part of (f.getValue() ?? '').split(',')) {
@@ -358,6 +357,7 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
             if (k.trim().toLowerCase() === 'from' && v !== undefined) await fromRef(expand(v.trim()), 'RUN --mount from')
           }
         }
+        if (trigger !== 'ONBUILD') runs(trigger === undefined ? 'RUN' : `RUN (a trigger of ${trigger})`)
         break
       case 'ADD':
         for (const src of values.slice(0, -1)) {
