@@ -13,9 +13,13 @@
  * - the builder is given the id the gateway inspected (FROM and COPY --from), so a tag
  *   moved or removed while builds run cannot redirect or make it pull.
  */
+import { execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
+import { startEngine, stopEngine } from './engine/engine'
 import { engine, policiesWith, request, startTestGateway, tarOf, type RawReply, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
@@ -30,11 +34,41 @@ let gw: TestGateway
 const direct = async (method: string, target: string, body?: Buffer | object): Promise<RawReply> => await request(engine().socket, method, target, body)
 
 /** A build through `g` (tenant `tenant`, or the admin for null) of `dockerfile`. */
-async function build (g: TestGateway, tenant: string | null, dockerfile: string, query = ''): Promise<{ r: RawReply, tag: string, built: boolean }> {
+async function build (g: TestGateway, tenant: string | null, dockerfile: string, query = '', on = engine().socket): Promise<{ r: RawReply, tag: string, built: boolean }> {
   const tag = `${tenant ?? TB}/u-${randomBytes(3).toString('hex')}:1`
   const r = await request(g.socket, 'POST', `/v1.41/build?t=${q(tag)}&rm=1&forcerm=1${query}`, tarOf({ Dockerfile: dockerfile }), { token: tenant === null ? undefined : token('bob', tenant), contentType: 'application/x-tar' })
-  const built = (await direct('GET', `/images/${tag}/json`)).status === 200
+  const built = (await request(on, 'GET', `/images/${tag}/json`)).status === 200
   return { r, tag, built }
+}
+
+/** A tar entry with the given mode (tarOf writes 0644 files only). */
+function entry (name: string, data: Buffer, mode: number): Buffer {
+  const h = Buffer.alloc(512)
+  h.write(name, 0, 100)
+  h.write(mode.toString(8).padStart(7, '0') + '\0', 100)
+  h.write('0000000\0', 108)
+  h.write('0000000\0', 116)
+  h.write(data.length.toString(8).padStart(11, '0') + '\0', 124)
+  h.write('00000000000\0', 136)
+  h.write('        ', 148)
+  h.write('0', 156)
+  h.write('ustar\u000000', 257)
+  let sum = 0
+  for (const b of h) sum += b
+  h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148)
+  return Buffer.concat([h, data, Buffer.alloc((512 - data.length % 512) % 512)])
+}
+
+/**
+ * A build context whose Dockerfile ADDs a local archive holding a setuid-root program (the
+ * builder unpacks it keeping the mode; COPY would clear the bit), then runs it as 65534.
+ */
+function setuidContext (dir: string, image: string): Buffer {
+  fs.writeFileSync(path.join(dir, 'suid.c'), '#include <unistd.h>\nint main(void){setgid(0);setuid(0);execl("/bin/sh","sh","-c","echo suid=$(id -u):$(id -g)",(char*)0);return 1;}\n')
+  execFileSync('gcc', ['-static', '-O2', '-o', path.join(dir, 'suid'), path.join(dir, 'suid.c')])
+  const inner = Buffer.concat([entry('suid', fs.readFileSync(path.join(dir, 'suid')), 0o4755), Buffer.alloc(1024)])
+  const dockerfile = Buffer.from(`FROM ${image}\nADD inner.tar /x/\nUSER 65534:65534\nRUN echo ${fresh()} && /x/suid\n`)
+  return Buffer.concat([entry('inner.tar', inner, 0o644), entry('Dockerfile', dockerfile, 0o644), Buffer.alloc(1024)])
 }
 
 /** An image labelled `tenant`'s, committed on the engine directly with `body` (as an admin could). */
@@ -177,4 +211,23 @@ t.test('a tag moved and removed while builds run: each build uses the image the 
     await flip
   }
   t.ok(seen.length > 0, 'some builds went through')
+})
+
+t.test('what remains, and the engine that closes it: a setuid program ADDed from an archive; --userns-remap and --no-new-privileges', async (t) => {
+  const dir = fs.mkdtempSync('/tmp/pcx-')
+  const plain = await request(gw.socket, 'POST', `/v1.41/build?t=${TB}/suid:1&rm=1&forcerm=1`, setuidContext(dir, IMAGE), { token: token('bob', TB), contentType: 'application/x-tar' })
+  t.match(plain.text, /suid=0:0/, 'remains on an engine without no-new-privileges: a step as 65534 runs a setuid-root program as root')
+
+  const strict = await startEngine(dir, { usernsRemap: true, noNewPrivileges: true })
+  t.teardown(async () => { await stopEngine(strict) })
+  const remapped = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${strict.socket}`)
+  const noRemapRoot = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${strict.socket}`, policiesWith((text) => text.replace(/^ {2}rootWhenRemapped: true$/m, '  rootWhenRemapped: false')))
+  t.teardown(async () => { await remapped.close(); await noRemapRoot.close() })
+  const root = await build(remapped, TB, `FROM ${strict.image}\nRUN echo "step=$(id -u) ${RUN}" ${fresh()}\n`, '', strict.socket)
+  t.ok(root.built, 'users.rootWhenRemapped on a --userns-remap engine: a tenant\'s root step builds', { body: root.r.text.slice(-600) })
+  t.match(root.r.text, `step=0 ${RUN}`)
+  const refused = await build(noRemapRoot, TB, `FROM ${strict.image}\nRUN id -u\n`, '', strict.socket)
+  t.match(refused.r.json?.message, /rule build-run-root/, 'rootWhenRemapped: false: refused on that engine too')
+  const nnp = await request(noRemapRoot.socket, 'POST', `/v1.41/build?t=${TB}/suid:2&rm=1&forcerm=1`, setuidContext(dir, strict.image), { token: token('bob', TB), contentType: 'application/x-tar' })
+  t.match(nnp.text, /suid=65534:65534/, 'dockerd --no-new-privileges: the setuid program stays 65534', { body: nnp.text.slice(-600) })
 })
