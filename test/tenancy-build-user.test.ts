@@ -165,6 +165,19 @@ t.test('a tenant in users.root, builds.runAsRoot: always, and the admin build ro
   t.match(admin.r.text, `step=0 ${RUN}`)
 })
 
+t.test('stages as the builder reads them: FROM <index> is an image, a stage FROM a stage keeps its environment', async (t) => {
+  const index = await build(gw, TB, `FROM ${IMAGE}\nFROM 0\nUSER 65534:65534\nRUN true\n`)
+  t.equal(index.r.status, 403, 'FROM 0 names the image 0 (the builder would pull it), not the first stage')
+  t.match(index.r.json?.message, /rule build-image-absent/)
+  t.notOk(index.built)
+  const url = await build(gw, TB, `FROM ${IMAGE} AS one\nENV U=http://127.0.0.1:1/x\nFROM one\nADD $U /x\n`)
+  t.equal(url.r.status, 403, 'ADD of a URL spelled through an earlier stage\'s ENV')
+  t.match(url.r.json?.message, /rule build-add-url/)
+  const user = await build(gw, TB, `FROM ${IMAGE} AS one\nENV U=65534\nFROM one\nUSER $U\nRUN echo "step=$(id -u) ${RUN}" ${fresh()}\n`)
+  t.ok(user.built, 'USER through an earlier stage\'s ENV', { body: user.r.text.slice(-600) })
+  t.match(user.r.text, `step=65534 ${RUN}`)
+})
+
 t.test('the builder is given the ids the gateway inspected: FROM and COPY --from', async (t) => {
   const x = await commitImage(TB, { User: '65534:65534' }, ['ENV MARK=x'])
   const id = await imageId(x)

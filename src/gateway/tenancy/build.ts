@@ -244,7 +244,10 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
   const instructions = DockerfileParser.parse(text).getInstructions()
   const edits: Array<{ range: Range, text: string }> = []
   const args = new Map<string, string>()
+  // Earlier stages: by name and by index for COPY --from (moby stagesBuildResults.get),
+  // by name alone for FROM (getByName: `FROM 0` names an image the builder would pull).
   const stages = new Set<string>()
+  const named = new Set<string>()
   // The stage's environment: the base image's Env, then the stage's ENV instructions.
   let env = new Map<string, string>()
   let stageCount = 0
@@ -253,6 +256,7 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
   let user: string | undefined = ''
   let stageNames: string[] = []
   const stageUsers = new Map<string, string | undefined>()
+  const stageEnvs = new Map<string, Map<string, string>>()
   // A build argument's value: `buildargs` overrides the default of an ARG the Dockerfile declares.
   const arg = (name: string): string | undefined => {
     if (!args.has(name)) return undefined
@@ -303,18 +307,21 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
         break
       case 'FROM': {
         const ref = expand(values[0] ?? '')
-        const stage = stages.has(ref.toLowerCase())
+        const stage = named.has(ref.toLowerCase())
         const base = ref.toLowerCase() === 'scratch' || stage ? NO_BASE : await image(ref, 'FROM')
         if (base.id !== '' && editable) edits.push({ range: ins.getArguments()[0].getRange(), text: base.id })
-        for (const n of stageNames) stageUsers.set(n, user)
+        for (const n of stageNames) { stageUsers.set(n, user); stageEnvs.set(n, env) }
         stageNames = [String(stageCount)]
-        if ((values[1] ?? '').toUpperCase() === 'AS' && values[2]) { stages.add(values[2].toLowerCase()); stageNames.push(values[2].toLowerCase()) }
+        if ((values[1] ?? '').toUpperCase() === 'AS' && values[2]) { stages.add(values[2].toLowerCase()); named.add(values[2].toLowerCase()); stageNames.push(values[2].toLowerCase()) }
         stages.add(String(stageCount++))
         // A stage FROM an earlier stage runs as that stage's last user.
         user = stage ? stageUsers.get(ref.toLowerCase()) : base.user
         // A stage FROM an earlier stage starts from that stage's image: its triggers ran
         // when that stage began, and the builder clears them (initializeStage).
-        env = new Map(base.env.map((e) => { const eq = e.indexOf('='); return eq < 0 ? [e, ''] : [e.slice(0, eq), e.slice(eq + 1)] }))
+        // Its environment is that stage's last one.
+        env = stage
+          ? new Map(stageEnvs.get(ref.toLowerCase()))
+          : new Map(base.env.map((e) => { const eq = e.indexOf('='); return eq < 0 ? [e, ''] : [e.slice(0, eq), e.slice(eq + 1)] }))
         for (const t of base.onBuild) {
           // Each trigger is parsed alone, with the default escape character, and must be one instruction (dispatchTriggeredOnBuild).
           const parsed = DockerfileParser.parse(t).getInstructions()
