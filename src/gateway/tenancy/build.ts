@@ -21,7 +21,9 @@
  * request's `buildargs`, must be visible to the tenant (its own or the shared catalog);
  * `ADD` of a URL (which makes the daemon fetch) is refused; no LABEL may set an owner
  * label. A context the gateway cannot read (bzip2, xz, no Dockerfile, a Dockerfile that
- * is a link) is refused.
+ * is a link) is refused. Every step the builder runs is judged as the user it runs as
+ * (BuildScope.stepUser), and the Dockerfile forwarded names each image by the id the
+ * gateway inspected (judgeDockerfile).
  */
 import { DockerfileParser, type Instruction } from 'dockerfile-ast'
 import { GatewayError } from '../../api/errors'
