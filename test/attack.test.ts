@@ -667,13 +667,13 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
   ['build with the classic builder (docker 28)', async (t) => {
     const ctx = fs.mkdtempSync(path.join(tmp, 'ctx-'))
     fs.writeFileSync(path.join(ctx, 'marker'), 'built by mallory\n')
-    fs.writeFileSync(path.join(ctx, 'Dockerfile'), `FROM ${IMAGE}\nCOPY marker /marker\nRUN cp /marker /copied\nCMD ["cat", "/copied"]\n`)
+    fs.writeFileSync(path.join(ctx, 'Dockerfile'), `FROM ${IMAGE}\nCOPY marker /marker\nUSER 65534:65534\nRUN cp /marker /tmp/copied\nCMD ["cat", "/tmp/copied"]\n`)
     await docker(t, ['build', '-t', `${IMG}:1`, ctx])
     t.equal(await docker(t, ['run', '--rm', `${IMG}:1`]), 'built by mallory\n')
   }],
   ['build with BuildKit (docker 20.10, session over h2c): refused, its Dockerfile cannot be checked; the classic builder is', async (t) => {
     const ctx = fs.mkdtempSync(path.join(tmp, 'ctx-'))
-    fs.writeFileSync(path.join(ctx, 'Dockerfile'), `FROM ${IMAGE}\nRUN echo built with buildkit > /out\nCMD ["cat", "/out"]\n`)
+    fs.writeFileSync(path.join(ctx, 'Dockerfile'), `FROM ${IMAGE}\nUSER 65534:65534\nRUN echo built with buildkit > /tmp/out\nCMD ["cat", "/tmp/out"]\n`)
     const bk = await tenant(['build', '--network', 'none', '-t', `${BK}:0`, ctx], { cli: CLI20, env: { DOCKER_BUILDKIT: '1' } })
     t.not(bk.code, 0, 'DOCKER_BUILDKIT=1 docker build fails')
     t.match(bk.stderr, /rule build-buildkit/, 'naming the rule')
@@ -689,7 +689,7 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     t.equal((await docker(t, ['image', 'inspect', '--format', '{{.Id}}', `${IMG}:2`])).trim(), (await inspect('image', `${IMG}:1`)).Id)
   }],
   ['image history', async (t) => {
-    t.match(await docker(t, ['history', '--no-trunc', `${IMG}:1`]), /cp \/marker \/copied/)
+    t.match(await docker(t, ['history', '--no-trunc', `${IMG}:1`]), /cp \/marker \/tmp\/copied/)
   }],
   ['image save, rm and load (in the tenant\'s namespace, loaded as the tenant\'s); an archive tagged outside it is refused', async (t) => {
     const tar = await tenant(['save', `${IMG}:2`])

@@ -117,7 +117,7 @@ t.test('image inspect: Config.Env and ContainerConfig.Env redacted for readonly 
 t.test('a built image\'s history and ContainerConfig: ENV values and build arguments redacted', async (t) => {
   const dir = path.join(tmp, 'build')
   fs.mkdirSync(dir)
-  fs.writeFileSync(path.join(dir, 'Dockerfile'), `FROM ${IMAGE}\nARG BUILD_TOKEN\nENV BUILD_ENV=${BUILD_ENV} OTHER="two words"\nRUN echo built\n`)
+  fs.writeFileSync(path.join(dir, 'Dockerfile'), `FROM ${IMAGE}\nUSER 65534:65534\nARG BUILD_TOKEN\nENV BUILD_ENV=${BUILD_ENV} OTHER="two words"\nRUN echo built\n`)
   const built = `${TA}/built:1`
   t.teardown(async () => { await direct('DELETE', `/images/${built}?force=1`) })
   const b = await run(CLI28, ['build', '-q', '-t', built, '--build-arg', `BUILD_TOKEN=${BUILD_TOKEN}`, dir], { host: gw.dockerHost, env: { DOCKER_CONFIG: CONFIG.tenant, DOCKER_BUILDKIT: '0' } })

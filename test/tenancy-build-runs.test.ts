@@ -133,12 +133,12 @@ t.test('a stored trigger is judged when B builds FROM the image: refused, nothin
 })
 
 t.test('ONBUILD RUN in a Dockerfile is built; a harmless stored trigger runs; ENV-spelled ADD URLs are refused', async (t) => {
-  const parent = await build('b', `FROM ${IMAGE}\nONBUILD RUN echo triggered > /trigger.txt\n`)
+  const parent = await build('b', `FROM ${IMAGE}\nUSER 65534:65534\nONBUILD RUN echo triggered > /tmp/trigger.txt\n`)
   t.equal(parent.r.status, 200, 'ONBUILD RUN: built, not a 502', { body: parent.r.text })
   t.ok(parent.built)
   const child = await build('b', `FROM ${parent.tag}\nRUN true\n`)
   t.equal(child.r.status, 200, 'a build FROM it runs the trigger')
-  t.equal(await cat(child.tag, '/trigger.txt'), 'triggered\n', 'the trigger ran')
+  t.equal(await cat(child.tag, '/tmp/trigger.txt'), 'triggered\n', 'the trigger ran')
   const inspect = await direct('GET', `/images/${child.tag}/json`)
   t.same(inspect.json?.Config?.OnBuild ?? [], [], 'the engine keeps no trigger in the child')
   const env = await build('b', `FROM ${IMAGE}\nENV SRC=http://127.0.0.1:1/x\nADD $SRC /x\n`)
@@ -150,17 +150,18 @@ t.test('ONBUILD RUN in a Dockerfile is built; a harmless stored trigger runs; EN
 })
 
 t.test('the build cache is each tenant\'s own', async (t) => {
-  const dockerfile = `FROM ${IMAGE}\nRUN head -c 12 /dev/urandom | od -An -tx1 > /secret-${RUN}\n`
+  // A USER no other build of this file has (B's own earlier images would answer for its step).
+  const dockerfile = `FROM ${IMAGE}\nUSER 65533:65533\nRUN head -c 12 /dev/urandom | od -An -tx1 > /tmp/secret-${RUN}\n`
   const first = await build('a', dockerfile)
   t.equal(first.r.status, 200, 'A builds')
-  const secretA = await cat(first.tag, `/secret-${RUN}`)
+  const secretA = await cat(first.tag, `/tmp/secret-${RUN}`)
   const other = await build('b', dockerfile)
   t.equal(other.r.status, 200, 'B builds the same text')
   t.notMatch(other.r.text, /Using cache/, 'B gets no cached step')
-  t.not(await cat(other.tag, `/secret-${RUN}`), secretA, 'B\'s image does not hold A\'s secret')
+  t.not(await cat(other.tag, `/tmp/secret-${RUN}`), secretA, 'B\'s image does not hold A\'s secret')
   const again = await build('a', dockerfile)
   t.match(again.r.text, /Using cache/, 'A rebuilding uses its own cache')
-  t.equal(await cat(again.tag, `/secret-${RUN}`), secretA, 'A gets its own layer back')
+  t.equal(await cat(again.tag, `/tmp/secret-${RUN}`), secretA, 'A gets its own layer back')
   const named = await build('b', dockerfile, `&cachefrom=${q(JSON.stringify([first.tag]))}`)
   t.equal(named.r.status, 404, 'B naming A\'s image as cache: answered as missing')
   t.notOk(named.built)
@@ -196,7 +197,7 @@ t.test('build steps: the query\'s host settings judged like a create\'s, and a d
     t.match(r.json?.message, rule, why)
     t.notOk(built, `${why}: nothing built`)
   }
-  const probe = `FROM ${IMAGE}\nRUN echo limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes) ${RUN}-probe\n`
+  const probe = `FROM ${IMAGE}\nUSER 65534:65534\nRUN echo limit=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes) ${RUN}-probe\n`
   const dflt = await build('b', probe)
   t.equal(dflt.r.status, 200, 'a build naming no limit is built', { body: dflt.r.text })
   t.match(dflt.r.text, `limit=${2 * 1024 ** 3} ${RUN}-probe`, 'its RUN step had the default memory limit')

@@ -136,7 +136,7 @@ t.test('team-a removes the tag and pulls it back', async (t) => {
 
 t.test('a build FROM team-a\'s private registry image: pulled through the gateway first, then built', async (t) => {
   const dir = fs.mkdtempSync(path.join(tmp, 'ctx-'))
-  fs.writeFileSync(path.join(dir, 'Dockerfile'), `FROM ${REPO}:1\nRUN true\n`)
+  fs.writeFileSync(path.join(dir, 'Dockerfile'), `FROM ${REPO}:1\nUSER 65534:65534\nRUN true\n`)
   // team-a's own config.json carries (wrong) credentials: the CLI sends them in X-Registry-Config.
   const own = dockerConfig('a', { [reg.address]: { auth: Buffer.from('someone:wrong').toString('base64') } })
   const buildIt = async (): Promise<RunResult> => await run(CLI28, ['build', '-q', '-t', 'team-a/from-registry:1', dir], { host: `unix://${sock}`, env: { DOCKER_CONFIG: own, DOCKER_BUILDKIT: '0' }, timeoutMs: 180_000 })

@@ -6,6 +6,7 @@ import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { operations } from '../src/api/catalog/operations'
+import { judgeDockerfile, type BaseImage } from '../src/gateway/tenancy/build'
 import { handlers } from '../src/gateway/tenancy/operations'
 import { parseFilters, serializeFilters, withLabel } from '../src/gateway/tenancy/filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from '../src/gateway/tenancy/images'
@@ -80,6 +81,17 @@ t.test('tenancy.yaml: defaults, every problem reported, quotas per tenant over t
   const allowed: string[] = []
   t.equal(compileTenancy(file, 'tenancy.yaml', allowed).builds.buildkit, true, 'builds.buildkit: true allows them')
   t.same(allowed, [])
+  t.equal(s.builds.runAsRoot, 'users', 'build steps run as root only for tenants that may run containers as root, unless the file says so')
+  for (const mode of ['never', 'always'] as const) {
+    fs.writeFileSync(file, `builds: { runAsRoot: ${mode} }\n`)
+    const p: string[] = []
+    t.equal(compileTenancy(file, 'tenancy.yaml', p).builds.runAsRoot, mode, `builds.runAsRoot: ${mode}`)
+    t.same(p, [])
+  }
+  fs.writeFileSync(file, 'builds: { runAsRoot: sometimes }\n')
+  const runAs: string[] = []
+  compileTenancy(file, 'tenancy.yaml', runAs)
+  t.same(runAs, ['tenancy.yaml: builds.runAsRoot: expected never, users or always, got "sometimes"'], 'an unknown builds.runAsRoot is an error')
 
   fs.writeFileSync(file, 'imageNamespace: shared\nregistries: { tenantCredentials: maybe }\nquotas: { default: { memory: lots, cpus: -1, pods: 3 } }\nbuilds: { buildkit: yes please }\nsurprise: 1\n')
   const bad: string[] = []
@@ -197,4 +209,25 @@ t.test('system df: the per-type summaries of API 1.52 are rebuilt from what the 
   t.same(out.BuildCacheUsage, { ActiveCount: 0, TotalCount: 0, Reclaimable: 0, TotalSize: 0 }, 'the build cache has no owner: none')
   t.notOk('SomethingNewer' in out, 'a field the gateway does not know is not passed on')
   t.notOk('Images' in out, 'the legacy lists only when the engine sent them')
+})
+
+t.test('the forwarded Dockerfile: images by the inspected id, USER as the judged uid:gid', async (t) => {
+  const ids: Record<string, BaseImage> = {
+    'team-b/base:1': { id: `sha256:${'a'.repeat(64)}`, user: '65534:65534', onBuild: [], env: ['U=65534'] },
+    other: { id: `sha256:${'b'.repeat(64)}`, user: '', onBuild: ['USER 1000'], env: [] },
+  }
+  const scope = {
+    dockerfile: '',
+    buildArgs: { V: '65534' },
+    checkImage: async (ref: string) => { const b = ids[ref]; if (!b) throw new Error(`unexpected ${ref}`); return b },
+    stepUser: (user: string) => { if (!/^[1-9][0-9]*(:[1-9][0-9]*)?$/.test(user)) throw new Error(`refused ${user}`); return user.includes(':') ? user : `${user}:65534` },
+  }
+  const text = 'ARG B=team-b/base:1\r\nFROM --platform=linux/amd64 ${B} AS one\r\nUSER $U\r\nRUN id\r\nFROM team-b/\\\nbase:1\nARG V\nUSER "${V}"\nCOPY --from=other /x /y\nCOPY --from=one /x /z\nUSER root\nCMD id\n'
+  t.equal(await judgeDockerfile(text, scope),
+    `ARG B=team-b/base:1\r\nFROM --platform=linux/amd64 ${ids['team-b/base:1'].id} AS one\r\nUSER 65534:65534\r\nRUN id\r\nFROM ${ids['team-b/base:1'].id}\nARG V\nUSER 65534:65534\nCOPY --from=${ids.other.id} /x /y\nCOPY --from=one /x /z\nUSER root\nCMD id\n`,
+    'each image by its id (flags, stage names, stages kept), each USER a step may run as literal; USER root with no RUN after it kept')
+  await t.rejects(judgeDockerfile('FROM other\nRUN id\n', scope), /a uid without a group/, 'a stored trigger\'s lone uid is judged at the RUN: its group is the image\'s to say')
+  await t.rejects(judgeDockerfile('FROM other\nRUN id\n', { ...scope, checkImage: async () => ({ ...ids.other, onBuild: [] }) }), /refused /, 'the base image\'s user (root) is judged at the RUN')
+  await t.rejects(judgeDockerfile('FROM other\nUSER 65534:65534\nONBUILD USER 0\nONBUILD RUN id\n', { ...scope, checkImage: async () => ({ ...ids.other, onBuild: [] }) }).then(() => { throw new Error('refused nothing') }), /refused nothing/, 'triggers being stored run in another build: judged there')
+  await t.rejects(judgeDockerfile('FROM other\nUSER 65534\nRUN id\n', { ...scope, stepUser: undefined, checkImage: async () => ({ ...ids.other, onBuild: ['RUN id'] }) }).then(() => { throw new Error('refused nothing') }), /refused nothing/, 'without stepUser nothing is judged')
 })

@@ -13,6 +13,7 @@
  *     default: { containers: 50, memory: 32GiB, cpus: 16, volumes: 50 }
  *     tenants: { team-a: { containers: 100 } }
  *   builds: { buildkit: false, memory: 2GiB }   # BuildKit sessions; each classic build step's memory limit (default and maximum)
+ *   builds: { runAsRoot: users }      # never | users | always: who may run RUN steps as root (users: as `users` lets containers)
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
@@ -75,6 +76,13 @@ export interface TenancySettings {
      * when the build names none, and the most a build may ask for (`memory`).
      */
     readonly memory: number
+    /**
+     * Who may run a classic build's steps (RUN) as root, or as a user named in the image's
+     * own /etc/passwd: `users` (default) the tenants that may run containers as root
+     * (`users.root`, `users.rootWhenRemapped` on a remapping engine), `never` no tenant,
+     * `always` every tenant (the steps are not judged).
+     */
+    readonly runAsRoot: 'never' | 'users' | 'always'
   }
   /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
   readonly redact: { readonly env: readonly EnvRedaction[] }
@@ -125,7 +133,7 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   registries: Object.freeze({ allowed: Object.freeze(['docker.io']), tenantCredentials: 'strip' as const }),
   infoHide: DEFAULT_INFO_HIDE,
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
-  builds: Object.freeze({ buildkit: false, memory: 2 * 1024 ** 3 }),
+  builds: Object.freeze({ buildkit: false, memory: 2 * 1024 ** 3, runAsRoot: 'users' as const }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
   // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
@@ -265,8 +273,8 @@ export function compileTenancy (file: string, name: string, problems: string[]):
   }
   let builds = DEFAULT_TENANCY.builds
   if (m.builds !== undefined) {
-    const b = mapping(m.builds, `${name}: builds`, ['buildkit', 'memory'], problems)
-    let { buildkit, memory } = builds
+    const b = mapping(m.builds, `${name}: builds`, ['buildkit', 'memory', 'runAsRoot'], problems)
+    let { buildkit, memory, runAsRoot } = builds
     if (b && b.buildkit !== undefined) {
       if (typeof b.buildkit === 'boolean') buildkit = b.buildkit
       else problems.push(`${name}: builds.buildkit: expected true or false`)
@@ -277,7 +285,11 @@ export function compileTenancy (file: string, name: string, problems: string[]):
       if (bytes !== null && bytes >= 6 * 1024 ** 2) memory = bytes
       else problems.push(`${name}: builds.memory: expected bytes of at least 6MiB (e.g. 2GiB), got ${JSON.stringify(b.memory)}`)
     }
-    builds = Object.freeze({ buildkit, memory })
+    if (b && b.runAsRoot !== undefined) {
+      if (b.runAsRoot === 'never' || b.runAsRoot === 'users' || b.runAsRoot === 'always') runAsRoot = b.runAsRoot
+      else problems.push(`${name}: builds.runAsRoot: expected never, users or always, got ${JSON.stringify(b.runAsRoot)}`)
+    }
+    builds = Object.freeze({ buildkit, memory, runAsRoot })
   }
   let redact = DEFAULT_TENANCY.redact
   if (m.redact !== undefined) {

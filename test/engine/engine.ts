@@ -198,6 +198,8 @@ export interface EngineOptions {
    * files are not touched. Mapped to Debian's `nobody:nogroup` (the ranges are looked up by the user's name).
    */
   usernsRemap?: boolean;
+  /** Start dockerd with --no-new-privileges: every container it creates, a build's step containers too, gets no-new-privileges. */
+  noNewPrivileges?: boolean;
 }
 
 /** The first host uid and gid of a remapping engine's containers (usernsRemap). */
@@ -270,6 +272,7 @@ function spawnDockerd (info: EngineInfo, dockerd: string, options: EngineOptions
   ]
   if (options.tcpPort !== undefined) dockerdArgs.push(`--host=tcp://127.0.0.1:${options.tcpPort}`)
   if (options.usernsRemap === true) dockerdArgs.push('--userns-remap=nobody:nogroup')
+  if (options.noNewPrivileges === true) dockerdArgs.push('--no-new-privileges')
   // dockerd gets its own mount and network namespaces: docker0, user networks,
   // published ports and all overlay/netns mounts stay private to this engine
   // (another dockerd on the host would otherwise share docker0 and its subnet)

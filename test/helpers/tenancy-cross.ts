@@ -546,7 +546,7 @@ const REFERENCE_CASES: Case[] = [
     label: 'cachefrom',
     targets: ['image'],
     query: (f) => `t=team-b/${P}-built:1&cachefrom=${q([f.ref])}`,
-    body: () => tar({ Dockerfile: `FROM ${IMAGE}\nRUN true\n` }),
+    body: () => tar({ Dockerfile: `FROM ${IMAGE}\nUSER 65534:65534\nRUN true\n` }),
     contentType: 'application/x-tar',
     expect: { kind: 'missing', message: MISSING.image, engine: 'the engine ignores a cache-from image it does not have' },
   },
@@ -555,7 +555,7 @@ const REFERENCE_CASES: Case[] = [
     label: 'FROM in the Dockerfile',
     targets: ['image'],
     query: () => `t=team-b/${P}-from:1&rm=1&forcerm=1`,
-    body: (f) => tar({ Dockerfile: `FROM ${f.ref}\nRUN echo ${hex(8)} && cat /tmp/a-private\n` }),
+    body: (f) => tar({ Dockerfile: `FROM ${f.ref}\nUSER 65534:65534\nRUN echo ${hex(8)} && cat /tmp/a-private\n` }),
     full: true,
     contentType: 'application/x-tar',
     // The gateway reads the Dockerfile from the context (build.ts): A's image is missing.

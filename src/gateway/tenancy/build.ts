@@ -21,7 +21,9 @@
  * request's `buildargs`, must be visible to the tenant (its own or the shared catalog);
  * `ADD` of a URL (which makes the daemon fetch) is refused; no LABEL may set an owner
  * label. A context the gateway cannot read (bzip2, xz, no Dockerfile, a Dockerfile that
- * is a link) is refused.
+ * is a link) is refused. Every step the builder runs is judged as the user it runs as
+ * (BuildScope.stepUser), and the Dockerfile forwarded names each image by the id the
+ * gateway inspected (judgeDockerfile).
  */
 import { DockerfileParser, type Instruction } from 'dockerfile-ast'
 import { GatewayError } from '../../api/errors'
@@ -42,6 +44,11 @@ export interface BuildScope {
   readonly buildArgs: Readonly<Record<string, string | null>>
   /** An image the Dockerfile names must be the tenant's or shared; throws the refusal; returns what the engine has stored for it. */
   readonly checkImage: (ref: string, where: string) => Promise<BaseImage>
+  /**
+   * Who the build's steps may run as (tenancy.yaml `builds.runAsRoot`, users.ts stepUser):
+   * returns the `uid:gid` to forward for `user`, or throws the refusal. Absent: any user.
+   */
+  readonly stepUser?: (user: string, where: string) => string
 }
 
 export function inspectBuild (scope: BuildScope): BodyFilter {
@@ -195,8 +202,12 @@ function place (seen: Map<string, Kind | 'implicit'>, name: string, kind: Kind):
   seen.set(name, kind)
 }
 
-/** What the builder takes from an image a build starts FROM: its triggers and its environment. */
+/** What the builder takes from an image a build starts FROM: its id, user, triggers and environment. */
 export interface BaseImage {
+  /** The full id the gateway inspected: what the forwarded Dockerfile names (FROM, COPY --from). */
+  readonly id: string
+  /** `Config.User`: whom the stage's steps run as until a USER instruction. */
+  readonly user: string
   /** `Config.OnBuild`: run as Dockerfile lines right after the FROM that names the image. */
   readonly onBuild: readonly string[]
   /** `Config.Env` (`KEY=value`): substituted into ADD and COPY sources like the Dockerfile's own ENV. */
@@ -204,12 +215,13 @@ export interface BaseImage {
 }
 
 /** An image the engine does not have: nothing to run, or not known yet (no triggers, no environment). */
-const NO_BASE: BaseImage = { onBuild: [], env: [] }
+const NO_BASE: BaseImage = { id: '', user: '', onBuild: [], env: [] }
 
 /** Instructions the builder refuses as a trigger (moby instructions.parseOnBuild). */
 const NOT_TRIGGERS = new Set(['ONBUILD', 'FROM', 'MAINTAINER'])
 
-type Flags = Array<{ getName: () => string, getValue: () => string | null }>
+type Flags = Array<{ getName: () => string, getValue: () => string | null, getValueRange: () => Range | null }>
+type Range = ReturnType<Instruction['getRange']>
 type Properties = Array<{ getName: () => string, getValue: () => string | null }>
 
 /**
@@ -217,16 +229,36 @@ type Properties = Array<{ getName: () => string, getValue: () => string | null }
  * triggers it will run: those stored in each image a stage starts FROM (inspected on the
  * engine: `scope.checkImage`), run right after that FROM in the stage's state, and those
  * the Dockerfile stores with ONBUILD, judged by the same rules now (and again, in the
- * state of the build that runs them, when an image built FROM this one is built). Returns
- * the Dockerfile text to forward.
+ * state of the build that runs them, when an image built FROM this one is built).
+ *
+ * With `scope.stepUser`, every step the builder runs (RUN, its own or a trigger's) is
+ * judged as the user the builder will run it as: each stage's user starts as its base
+ * image's `Config.User` (an earlier stage's last user; root for scratch) and follows the
+ * USER instructions, the Dockerfile's and the triggers', expanded as the builder expands
+ * them (dispatch: the stage's environment, then its build arguments).
+ *
+ * Returns the Dockerfile text to forward: the text judged, with each image it names (the
+ * FROM of a stage, COPY --from) replaced by the full id the gateway inspected, so that a
+ * tag moved meanwhile changes nothing, and each USER a step may run as written as the
+ * literal `uid:gid` that was judged (a lone uid gets the tenant's group, as on a create).
  */
 export async function judgeDockerfile (text: string, scope: BuildScope): Promise<string> {
   const instructions = DockerfileParser.parse(text).getInstructions()
+  const edits: Array<{ range: Range, text: string }> = []
   const args = new Map<string, string>()
+  // Earlier stages: by name and by index for COPY --from (moby stagesBuildResults.get),
+  // by name alone for FROM (getByName: `FROM 0` names an image the builder would pull).
   const stages = new Set<string>()
+  const named = new Set<string>()
   // The stage's environment: the base image's Env, then the stage's ENV instructions.
   let env = new Map<string, string>()
   let stageCount = 0
+  // The user the stage's steps run as; undefined when the gateway cannot tell (a stored
+  // trigger's USER through a variable: its variables are the builder's to resolve).
+  let user: string | undefined = ''
+  let stageNames: string[] = []
+  const stageUsers = new Map<string, string | undefined>()
+  const stageEnvs = new Map<string, Map<string, string>>()
   // A build argument's value: `buildargs` overrides the default of an ARG the Dockerfile declares.
   const arg = (name: string): string | undefined => {
     if (!args.has(name)) return undefined
@@ -241,9 +273,16 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
     if (ref === '' || ref.includes('$')) throw refuse('build-image', `${where} ${JSON.stringify(ref)} does not name an image once its build arguments are substituted`)
     return await scope.checkImage(ref, where)
   }
-  async function fromRef (ref: string, where: string): Promise<void> {
-    if (stages.has(ref.toLowerCase())) return
-    await image(ref, where)
+  async function fromRef (ref: string, where: string): Promise<BaseImage | undefined> {
+    if (stages.has(ref.toLowerCase())) return undefined
+    return await image(ref, where)
+  }
+  /** A step the builder runs as the stage's user. */
+  function runs (where: string): void {
+    if (!scope.stepUser) return
+    if (user === undefined) throw refuse('build-run-root', `${where}: the user it would run as is set by a stored trigger through a variable, which the gateway cannot resolve; give a numeric USER uid:gid before it`)
+    const as = scope.stepUser(user, where)
+    if (as !== user) throw refuse('build-run-root', `${where} would run as ${JSON.stringify(user)}, a uid without a group: the runtime takes its group from the image's own /etc/passwd, or 0 when it has no entry; give USER ${as} before it`)
   }
 
   /** One instruction; `trigger` names the image whose stored trigger it is, or 'ONBUILD' for a trigger being stored. */
@@ -251,6 +290,8 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
     const keyword = ins.getKeyword().toUpperCase()
     const values = ins.getArguments().map((a) => unquote(a.getValue()))
     const flags = (ins as unknown as { getFlags?: () => Flags }).getFlags?.() ?? []
+    // Only the Dockerfile's own lines are forwarded as text; triggers are the image's.
+    const editable = trigger === undefined
     // A trigger being stored may not be ONBUILD, FROM or MAINTAINER; a stored one that runs may not be FROM.
     if (trigger === 'ONBUILD' ? NOT_TRIGGERS.has(keyword) : trigger !== undefined && keyword === 'FROM') {
       throw refuse('build-onbuild', `${keyword} is not allowed as an ONBUILD trigger${trigger === 'ONBUILD' ? '' : ` (a trigger of ${trigger})`}`)
@@ -268,13 +309,21 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
         break
       case 'FROM': {
         const ref = expand(values[0] ?? '')
-        const stage = stages.has(ref.toLowerCase())
+        const stage = named.has(ref.toLowerCase())
         const base = ref.toLowerCase() === 'scratch' || stage ? NO_BASE : await image(ref, 'FROM')
-        if ((values[1] ?? '').toUpperCase() === 'AS' && values[2]) stages.add(values[2].toLowerCase())
+        if (base.id !== '' && editable) edits.push({ range: ins.getArguments()[0].getRange(), text: base.id })
+        for (const n of stageNames) { stageUsers.set(n, user); stageEnvs.set(n, env) }
+        stageNames = [String(stageCount)]
+        if ((values[1] ?? '').toUpperCase() === 'AS' && values[2]) { stages.add(values[2].toLowerCase()); named.add(values[2].toLowerCase()); stageNames.push(values[2].toLowerCase()) }
         stages.add(String(stageCount++))
+        // A stage FROM an earlier stage runs as that stage's last user.
+        user = stage ? stageUsers.get(ref.toLowerCase()) : base.user
         // A stage FROM an earlier stage starts from that stage's image: its triggers ran
         // when that stage began, and the builder clears them (initializeStage).
-        env = new Map(base.env.map((e) => { const eq = e.indexOf('='); return eq < 0 ? [e, ''] : [e.slice(0, eq), e.slice(eq + 1)] }))
+        // Its environment is that stage's last one.
+        env = stage
+          ? new Map(stageEnvs.get(ref.toLowerCase()))
+          : new Map(base.env.map((e) => { const eq = e.indexOf('='); return eq < 0 ? [e, ''] : [e.slice(0, eq), e.slice(eq + 1)] }))
         for (const t of base.onBuild) {
           // Each trigger is parsed alone, with the default escape character, and must be one instruction (dispatchTriggeredOnBuild).
           const parsed = DockerfileParser.parse(t).getInstructions()
@@ -285,9 +334,30 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
       }
       case 'COPY':
         for (const f of flags) {
-          if (f.getName().toLowerCase() === 'from') await fromRef(expand(f.getValue() ?? ''), 'COPY --from')
+          if (f.getName().toLowerCase() !== 'from') continue
+          const from = await fromRef(expand(f.getValue() ?? ''), 'COPY --from')
+          const range = f.getValueRange()
+          if (from !== undefined && from.id !== '' && range !== null && editable) edits.push({ range, text: from.id })
         }
         break
+      case 'USER': {
+        // A trigger being stored runs in another build, where it is judged.
+        if (trigger === 'ONBUILD') break
+        // The builder refuses a USER of more than one word, and reads a stored trigger's
+        // variables its own way (its build arguments' scoping).
+        const raw = values.length === 1 ? values[0] : undefined
+        if (raw === undefined || (!editable && raw.includes('$'))) { user = undefined; break }
+        user = expandEnv(raw)
+        if (!scope.stepUser || !editable) break
+        let as: string | undefined
+        // A user no step may run as is refused at the step (a Dockerfile without RUN runs nothing).
+        try { as = scope.stepUser(user, 'USER') } catch {}
+        if (as !== undefined) {
+          edits.push({ range: ins.getArgumentsRange() ?? ins.getArguments()[0].getRange(), text: as })
+          user = as
+        }
+        break
+      }
       case 'RUN':
         for (const f of flags) {
           if (f.getName().toLowerCase() !== 'mount') continue
@@ -296,6 +366,7 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
             if (k.trim().toLowerCase() === 'from' && v !== undefined) await fromRef(expand(v.trim()), 'RUN --mount from')
           }
         }
+        if (trigger !== 'ONBUILD') runs(trigger === undefined ? 'RUN' : `RUN (a trigger of ${trigger})`)
         break
       case 'ADD':
         for (const src of values.slice(0, -1)) {
@@ -327,7 +398,21 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
   }
 
   for (const ins of instructions) await step(ins)
-  return text
+  return applyEdits(text, edits)
+}
+
+/** `text` with each range replaced (ranges in the parser's lines and UTF-16 characters; they never overlap). */
+function applyEdits (text: string, edits: ReadonlyArray<{ range: Range, text: string }>): string {
+  if (edits.length === 0) return text
+  // Line starts as the parser counts lines (vscode TextDocument: \r\n, \r or \n).
+  const starts = [0]
+  for (const m of text.matchAll(/\r\n|\r|\n/g)) starts.push(m.index + m[0].length)
+  const offset = (p: Range['start']): number => Math.min(starts[p.line] + p.character, text.length)
+  let out = text
+  for (const e of [...edits].sort((a, b) => offset(b.range.start) - offset(a.range.start))) {
+    out = out.slice(0, offset(e.range.start)) + e.text + out.slice(offset(e.range.end))
+  }
+  return out
 }
 
 /**

@@ -28,7 +28,7 @@ import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage 
 import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './responses'
 import { libpodHandlers } from './libpod'
 import { registryAuthHeader, registryConfigHeader } from './registry-auth'
-import { scopeUser } from './users'
+import { buildStepsJudged, scopeUser, stepUser } from './users'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
@@ -596,7 +596,7 @@ async function buildImage (call: Call, ref: string): Promise<BaseImage> {
   const r = await call.r.get(`/images/${encodeURIComponent(res.id)}/json`)
   if (r.status !== 200) throw missing('image', ref, call.op.id)
   const config = r.body?.Config ?? {}
-  return { onBuild: list(config.OnBuild).map(str), env: list(config.Env).map(str) }
+  return { id: res.id, user: str(config.User), onBuild: list(config.OnBuild).map(str), env: list(config.Env).map(str) }
 }
 
 async function visibleImage (call: Call, ref: string): Promise<Found> {
@@ -714,10 +714,13 @@ const imageBuild: Handler = async (call) => {
       try { buildArgs = JSON.parse(raw) } catch { throw new GatewayError('BODY_INVALID', 'invalid buildargs parameter: not a JSON object') }
       if (buildArgs === null || typeof buildArgs !== 'object' || Array.isArray(buildArgs)) throw new GatewayError('BODY_INVALID', 'invalid buildargs parameter: not a JSON object')
     }
+    // Who the steps may run as: judged as a create's user would be (users.ts stepUser).
+    const judged = await buildStepsJudged(call)
     call.bodyFilter = inspectBuild({
       dockerfile: call.query.get('dockerfile') ?? '',
       buildArgs,
       checkImage: async (ref) => await buildImage(call, ref),
+      ...(judged ? { stepUser: (user: string, where: string) => stepUser(call, user, where) } : {}),
     })
   }
   // The builder would pull each base image again, triggers unseen (build.ts).

@@ -52,6 +52,41 @@ export function tenantUser (call: Call, given: unknown, what: string): string {
 }
 
 /**
+ * The user a step of a tenant's classic build (RUN) may run as, as the `uid:gid` to
+ * forward; throws for root and names. The builder runs a step as the stage's user
+ * (moby builder/dockerfile: the base image's Config.User, then USER), resolved by the
+ * runtime like a container's: empty is root, a name is looked up in the image's own
+ * /etc/passwd (which the tenant writes), a lone uid takes its group from there (0 when
+ * it has no entry). Used only where tenancy.yaml `builds.runAsRoot` judges the tenant's
+ * steps (see buildStepsJudged).
+ */
+export function stepUser (call: Call, user: string, where: string): string {
+  const own = userOf(call.settings, call.tenant)
+  const hint = `add USER ${own.uid}:${own.gid} (a numeric uid:gid other than 0) before it`
+  if (user === '') throw refuse('build-run-root', `${where} would run as the image's default user, root, which tenant ${call.tenant}'s build steps may not be (tenancy.yaml builds.runAsRoot); ${hint}`)
+  const parts = user.split(':')
+  if (parts.length > 2 || !parts.every((p) => NUMBER.test(p))) {
+    throw refuse('numeric-user', `${where} would run as ${JSON.stringify(user)}: tenants' build steps run as numbers (uid:gid); a name is looked up in the image's own /etc/passwd and /etc/group, which can make it root; ${hint}`)
+  }
+  if (parts.some((p) => Number(p) === 0)) {
+    throw refuse('build-run-root', `${where} would run as ${JSON.stringify(user)}: ${Number(parts[0]) === 0 ? 'root (uid 0)' : 'the root group (gid 0)'}, which tenant ${call.tenant}'s build steps may not be (tenancy.yaml builds.runAsRoot); ${hint}`)
+  }
+  return parts.length === 2 ? user : `${user}:${own.gid}`
+}
+
+/**
+ * Whether the user of the tenant's build steps is judged (tenancy.yaml `builds.runAsRoot`):
+ * `never` judges every tenant's, `users` those of tenants that may not run containers as
+ * root (see rootAllowed), `always` none.
+ */
+export async function buildStepsJudged (call: Call): Promise<boolean> {
+  const mode = call.settings.builds.runAsRoot
+  if (mode === 'always') return false
+  if (mode === 'never') return true
+  return !(await rootAllowed(call))
+}
+
+/**
  * Supplementary groups (GroupAdd, a service's Groups, Podman's groups): none. Even a
  * number is first looked up as a group *name* in the container's /etc/group (runc
  * user.GetAdditionalGroups: `g.Name == ag || strconv.Itoa(g.Gid) == ag`, every match
