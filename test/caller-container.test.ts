@@ -22,6 +22,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
+import { containerIdInCgroup, roleLabels } from '../src/gateway/callers'
 import { engine, POLICIES, request, tarOf, type RawReply } from './helpers/gateway'
 
 const CLI = path.resolve(__dirname, '../src/cli.js')
@@ -61,6 +62,7 @@ t.before(async () => {
     `upstream: unix://${engine().socket}`,
     `policy: { dir: ${POLICIES} }`,
     `audit: { file: ${dir}/audit.jsonl }`,
+    `metrics: { listen: "127.0.0.1:${PORT + 1}" }`,
     'log: { level: info }',
     'shutdown: { graceSeconds: 1 }',
     '',
@@ -195,4 +197,27 @@ t.test('a tenant cannot set role labels', async (t) => {
     tarOf({ Dockerfile: `FROM ${IMAGE}\nLABEL io.portcullis.role=admin\n` }), { contentType: 'application/x-tar' })
   t.equal(dockerfile.status, 403, dockerfile.text)
   t.match(dockerfile.json?.message, /rule owner-labels/)
+})
+
+t.test('metrics count the callers by listener, result and lookup, never by container', async (t) => {
+  const text = execFileSync('nsenter', [`--net=/proc/${engine().pid}/ns/net`, '/bin/busybox', 'wget', '-q', '-O', '-', `http://127.0.0.1:${PORT + 1}/metrics`], { encoding: 'utf8' })
+  const lines = text.split('\n').filter((l) => l.startsWith('portcullis_container_callers_total{'))
+  t.comment(lines.join('\n'))
+  t.ok(lines.some((l) => /listener="bridge",result="container",lookup="(listed|waited|cached)"\} [1-9]/.test(l)), 'containers found on the TCP listener')
+  t.ok(lines.some((l) => /listener="bridge",result="unknown",lookup="waited"\} [1-9]/.test(l)), 'an unknown address waited for a start, then got the default')
+  t.ok(lines.some((l) => /listener="callers",result="container",lookup="peer"\} [1-9]/.test(l)), 'containers found by their process on the unix socket')
+  t.notOk(lines.some((l) => l.includes(`cc-${RUN}`)), 'no container name in a label')
+})
+
+t.test('the container id in /proc/<pid>/cgroup, cgroup v1 and v2', async (t) => {
+  const id = 'a'.repeat(60) + '0123'
+  t.equal(containerIdInCgroup(`12:memory:/docker/${id}\n11:cpu,cpuacct:/docker/${id}\n0::/docker/${id}\n`), id, 'v1, cgroupfs driver')
+  t.equal(containerIdInCgroup(`0::/system.slice/docker-${id}.scope\n`), id, 'v2, systemd driver')
+  t.equal(containerIdInCgroup(`0::/docker/${id}\n`), id, 'v2, cgroupfs driver')
+  t.equal(containerIdInCgroup(`4:memory:/process_api/efc1fc88/docker/${id}\n0::/\n`), id, 'below a parent of the host\'s own')
+  t.equal(containerIdInCgroup('0::/user.slice/user-0.slice/session-1.scope\n1:name=systemd:/\n'), null, 'a host process')
+  t.equal(containerIdInCgroup(`0::/docker/${id}/docker/${'b'.repeat(64)}\n`), null, 'two ids (a container in a container): none')
+  t.equal(containerIdInCgroup(`0::/docker/${id}x\n`), null, 'not a whole path segment')
+  t.same(roleLabels({ 'io.portcullis.role': 'traefik', 'io.portcullis.roles': 'a, b traefik', other: 'x' }, 'io.portcullis.'), ['traefik', 'a', 'b'])
+  t.same(roleLabels({ 'my.role': 'x' }, 'io.portcullis.'), [])
 })

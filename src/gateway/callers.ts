@@ -37,14 +37,19 @@ export interface CallerContainer {
 }
 
 /** How a caller was found: `container` names it; the others fall back to the default. */
-export type CallerLookup =
+export type CallerLookup = (
   | { readonly found: 'container', readonly container: CallerContainer }
   | { readonly found: 'none' | 'ambiguous', readonly why: string }
+) & { readonly via: LookupKind }
+
+/** How a caller was found: the addresses known, the engine asked, asked again after a container start, a unix peer's process. */
+export type LookupKind = 'cached' | 'listed' | 'waited' | 'peer'
 
 /** What a listener with `containerIdentity` knows of a request's caller, before it is authenticated. */
-export type Caller =
+export type Caller = (
   | { readonly kind: 'container', readonly container: CallerContainer, readonly roles: readonly string[], readonly ignored?: string }
   | { readonly kind: 'unknown', readonly why: string }
+) & { readonly via: LookupKind }
 
 /** How long an unknown address waits for a container start before it is the default identity. */
 export const START_WAIT_MS = 2000
@@ -110,7 +115,7 @@ export class ContainerCallers {
   private readonly imageLabels = new Map<string, Record<string, string>>()
   private live = false
   private generation = 0
-  private listing: { at: number, done: Promise<Map<string, CallerContainer[]>> } | null = null
+  private listing: { at: number, since: number, done: Promise<Map<string, CallerContainer[]>> } | null = null
   private readonly starts = new Set<() => void>()
   private stopped = false
   private abort: AbortController | null = null
@@ -181,11 +186,22 @@ export class ContainerCallers {
     })
   }
 
-  /** Every container's addresses, from one list; shared by the lookups that start before an event changes them. */
-  private async list (): Promise<Map<string, CallerContainer[]>> {
-    if (this.live && this.addresses !== null && this.addressesAt === this.generation) return this.addresses
-    if (this.listing !== null && this.listing.at === this.generation) return await this.listing.done
+  /** The addresses as the last list and the events since say, while the event stream is live. */
+  private known (): Map<string, CallerContainer[]> | null {
+    return this.live && this.addresses !== null && this.addressesAt === this.generation ? this.addresses : null
+  }
+
+  /**
+   * Every container's addresses, from one list. `after`: only a list the engine began
+   * answering after that moment (a Date.now()) will do, not what is known; else what is
+   * known, or a list in flight since the last event. Lookups share lists in flight.
+   */
+  private async list (after?: number): Promise<Map<string, CallerContainer[]>> {
+    const known = after === undefined ? this.known() : null
+    if (known !== null) return known
+    if (this.listing !== null && this.listing.at === this.generation && (after === undefined || this.listing.since > after)) return await this.listing.done
     const at = this.generation
+    const since = Date.now()
     const done = (async () => {
       const { status, body } = await engineJson(this.upstream, 'GET', '/containers/json?all=1')
       if (status !== 200 || !Array.isArray(body)) throw new Error(`the engine answered ${status} to GET /containers/json`)
@@ -206,7 +222,7 @@ export class ContainerCallers {
       if (this.live && at === this.generation) { this.addresses = map; this.addressesAt = at }
       return map
     })()
-    this.listing = { at, done }
+    this.listing = { at, since, done }
     try { return await done } finally { if (this.listing?.done === done) this.listing = null }
   }
 
@@ -219,7 +235,7 @@ export class ContainerCallers {
    */
   connected (socket: Socket): void {
     const pid = peerPid(socket)
-    const lookup = pid === null ? Promise.resolve<CallerLookup>({ found: 'none', why: 'the peer\'s process is not visible (SO_PEERCRED)' }) : this.byPid(pid)
+    const lookup = pid === null ? Promise.resolve<CallerLookup>({ found: 'none', why: 'the peer\'s process is not visible (SO_PEERCRED)', via: 'peer' }) : this.byPid(pid)
     lookup.catch(() => {})
     this.peers.set(socket, { pid, lookup })
   }
@@ -227,12 +243,12 @@ export class ContainerCallers {
   /** Who is calling through `socket` on `listener`: the container and its roles, or why none. */
   async identify (socket: Socket, listener: ListenerConfig): Promise<Caller> {
     const cfg = listener.containerIdentity
-    if (cfg === undefined) return { kind: 'unknown', why: 'the listener does not identify containers' }
+    if (cfg === undefined) return { kind: 'unknown', why: 'the listener does not identify containers', via: 'cached' }
     let found: CallerLookup
     try {
       if (listener.kind === 'unix') {
         const peer = this.peers.get(socket)
-        if (peer === undefined) return { kind: 'unknown', why: 'the connection\'s peer was not read' }
+        if (peer === undefined) return { kind: 'unknown', why: 'the connection\'s peer was not read', via: 'peer' }
         try {
           found = await peer.lookup
         } catch {
@@ -243,11 +259,11 @@ export class ContainerCallers {
       } else {
         found = await this.byAddress(socket.remoteAddress ?? '')
       }
-      if (found.found !== 'container') return { kind: 'unknown', why: found.why }
+      if (found.found !== 'container') return { kind: 'unknown', why: found.why, via: found.via }
       const tenant = found.container.labels[TENANT_LABEL]
       // A tenant's container is no identity of its own here (its name, which the policy may name, is the tenant's choice).
-      if (tenant !== undefined) return { kind: 'unknown', why: `container ${found.container.name} is tenant ${tenant}'s` }
-      return { kind: 'container', container: found.container, ...await this.roles(found.container, cfg) }
+      if (tenant !== undefined) return { kind: 'unknown', why: `container ${found.container.name} is tenant ${tenant}'s`, via: found.via }
+      return { kind: 'container', container: found.container, via: found.via, ...await this.roles(found.container, cfg) }
     } catch (err) {
       if (isGatewayError(err)) throw err
       throw new GatewayError('UNAUTHENTICATED', `cannot tell which container is calling: ${(err as Error).message}`)
@@ -257,16 +273,22 @@ export class ContainerCallers {
   /** The container whose address `address` is. */
   async byAddress (address: string): Promise<CallerLookup> {
     const ip = plainAddress(address)
-    const answer = (found: CallerContainer[] | undefined): CallerLookup | null =>
+    const arrived = Date.now()
+    const answer = (found: CallerContainer[] | undefined, via: LookupKind): CallerLookup | null =>
       found === undefined
         ? null
         : found.length === 1
-          ? { found: 'container', container: found[0]! }
-          : { found: 'ambiguous', why: `${found.length} containers have the address ${ip}` }
-    const first = answer((await this.list()).get(ip))
-    if (first !== null) return first
+          ? { found: 'container', container: found[0]!, via }
+          : { found: 'ambiguous', why: `${found.length} containers have the address ${ip}`, via }
+    const known = this.known()
+    const cached = known === null ? null : answer(known.get(ip), 'cached')
+    if (cached !== null) return cached
+    const listed = answer((await this.list(arrived - 1)).get(ip), 'listed')
+    if (listed !== null) return listed
+    // Not listed (yet): a container whose first command is this request may not be, until it has started.
+    const waiting = Date.now()
     await this.nextStart(START_WAIT_MS)
-    return answer((await this.list()).get(ip)) ?? { found: 'none', why: `no container has the address ${ip}` }
+    return answer((await this.list(waiting)).get(ip), 'waited') ?? { found: 'none', why: `no container has the address ${ip}`, via: 'waited' }
   }
 
   /** The container the process `pid` runs in (its cgroup names it). */
@@ -275,12 +297,12 @@ export class ContainerCallers {
     try {
       cgroup = await readFile(`/proc/${pid}/cgroup`, 'utf8')
     } catch {
-      return { found: 'none', why: `the calling process (pid ${pid}) is gone or not visible` }
+      return { found: 'none', why: `the calling process (pid ${pid}) is gone or not visible`, via: 'peer' }
     }
     const id = containerIdInCgroup(cgroup)
-    if (id === null) return { found: 'none', why: `the calling process (pid ${pid}) runs in no container` }
+    if (id === null) return { found: 'none', why: `the calling process (pid ${pid}) runs in no container`, via: 'peer' }
     const container = await this.inspect(id)
-    return container === null ? { found: 'none', why: `container ${id.slice(0, 12)} of the calling process is not running` } : { found: 'container', container }
+    return container === null ? { found: 'none', why: `container ${id.slice(0, 12)} of the calling process is not running`, via: 'peer' } : { found: 'container', container, via: 'peer' }
   }
 
   private async inspect (id: string): Promise<CallerContainer | null> {

@@ -119,7 +119,12 @@ export class Inflight {
 async function identifyCaller (deps: GatewayDeps, listener: ListenerConfig, req: IncomingMessage, socket: Duplex): Promise<Caller | undefined> {
   if (listener.containerIdentity === undefined || req.headers.authorization !== undefined) return undefined
   if (deps.callers === undefined) throw new GatewayError('INTERNAL', 'the listener identifies containers, but the gateway follows none')
-  return await deps.callers.identify(socket as Socket, listener)
+  const caller = await deps.callers.identify(socket as Socket, listener)
+  deps.metrics.callerLookup(listener.name, caller.kind, caller.via)
+  if (caller.kind === 'container' && caller.ignored !== undefined) {
+    deps.log.warn({ listener: listener.name, container: caller.container.id, subject: `container:${caller.container.name}` }, `calling container: role labels ignored: ${caller.ignored}`)
+  }
+  return caller
 }
 
 /** Stages that run for every request, whatever its transport. */
