@@ -31,7 +31,6 @@ import {
   parseJwks,
 } from '../config/jwt-keys'
 import { GatewayError } from '../api/errors'
-import type { Caller } from './callers'
 
 export interface Identity {
   readonly subject: string
@@ -45,6 +44,25 @@ export interface Identity {
   /** The token's `jti`, if it has one. */
   readonly tokenId?: string
 }
+
+// The calling container, as the pipeline found it (callers.ts) before authentication.
+export interface CallerContainer {
+  readonly id: string
+  /** Its name, without the leading `/`. */
+  readonly name: string
+  readonly labels: Readonly<Record<string, string>>
+  /** The id of its image. */
+  readonly image: string
+}
+
+/** How a caller was found: the addresses known, the engine asked, asked again after a container start, a unix peer's process. */
+export type LookupKind = 'cached' | 'listed' | 'waited' | 'peer'
+
+/** What a listener with `containerIdentity` knows of a request's caller, before it is authenticated. */
+export type Caller = (
+  | { readonly kind: 'container', readonly container: CallerContainer, readonly roles: readonly string[], readonly ignored?: string }
+  | { readonly kind: 'unknown', readonly why: string }
+) & { readonly via: LookupKind }
 
 export interface Authenticator {
   /**

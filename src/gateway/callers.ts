@@ -26,29 +26,12 @@ import { GatewayError, isGatewayError } from '../api/errors'
 import { jsonLines } from './body'
 import { engineJson, type Upstream } from './upstream'
 import { TENANT_LABEL } from './tenancy/lookup'
-
-export interface CallerContainer {
-  readonly id: string
-  /** Its name, without the leading `/`. */
-  readonly name: string
-  readonly labels: Readonly<Record<string, string>>
-  /** The id of its image. */
-  readonly image: string
-}
+import type { Caller, CallerContainer, LookupKind } from './authenticate'
 
 /** How a caller was found: `container` names it; the others fall back to the default. */
 export type CallerLookup = (
   | { readonly found: 'container', readonly container: CallerContainer }
   | { readonly found: 'none' | 'ambiguous', readonly why: string }
-) & { readonly via: LookupKind }
-
-/** How a caller was found: the addresses known, the engine asked, asked again after a container start, a unix peer's process. */
-export type LookupKind = 'cached' | 'listed' | 'waited' | 'peer'
-
-/** What a listener with `containerIdentity` knows of a request's caller, before it is authenticated. */
-export type Caller = (
-  | { readonly kind: 'container', readonly container: CallerContainer, readonly roles: readonly string[], readonly ignored?: string }
-  | { readonly kind: 'unknown', readonly why: string }
 ) & { readonly via: LookupKind }
 
 /** How long an unknown address waits for a container start before it is the default identity. */
