@@ -80,8 +80,9 @@ t.before(async () => {
 })
 
 t.teardown(async () => {
-  for (const c of containers) await direct('DELETE', `/containers/${c}?force=1`)
-  for (const i of images) await direct('DELETE', `/images/${i}?force=1`)
+  // What a test that failed may have left: the tenant's forged container and builds.
+  for (const c of [...containers, `cc-${RUN}-forged`]) await direct('DELETE', `/containers/${c}?force=1`)
+  for (const i of [...images, `team-${RUN}/x:1`, `team-${RUN}/y:1`]) await direct('DELETE', `/images/${i}?force=1`)
   if (child !== undefined && child.exitCode === null) {
     const gone = new Promise((resolve) => child!.once('exit', resolve))
     child.kill('SIGTERM')
