@@ -13,8 +13,9 @@
  *   container gets the listener's default identity;
  * - labels that grant roles count only where an admin set them: a tenant's container
  *   with one, and a container whose image carries one, get no role;
- * - a tenant cannot set them: its create (and build labels) carrying one is refused
- *   (rule role-labels), and nothing is created.
+ * - a tenant cannot set them: its create, commit config and build labels carrying one
+ *   are refused (rule role-labels), and nothing is created; a Dockerfile LABEL is
+ *   (rule owner-labels).
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
@@ -82,7 +83,7 @@ t.before(async () => {
 t.teardown(async () => {
   // What a test that failed may have left: the tenant's forged container and builds.
   for (const c of [...containers, `cc-${RUN}-forged`]) await direct('DELETE', `/containers/${c}?force=1`)
-  for (const i of [...images, `team-${RUN}/x:1`, `team-${RUN}/y:1`]) await direct('DELETE', `/images/${i}?force=1`)
+  for (const i of [...images, `team-${RUN}/x:1`, `team-${RUN}/y:1`, `team-${RUN}/c:1`]) await direct('DELETE', `/images/${i}?force=1`)
   if (child !== undefined && child.exitCode === null) {
     const gone = new Promise((resolve) => child!.once('exit', resolve))
     child.kill('SIGTERM')
@@ -190,6 +191,13 @@ t.test('a tenant cannot set role labels', async (t) => {
     t.match(r.json?.message, /rule role-labels/)
   }
   t.equal((await direct('GET', `/containers/${name}/json`)).status, 404, 'nothing created')
+  // A commit's config labels (the tenant's own container to commit).
+  const own = await request(sock('tenant'), 'POST', `/v1.41/containers/create?name=${name}-own`, { Image: IMAGE, Cmd: ['true'] })
+  t.equal(own.status, 201, own.text)
+  containers.push(own.json?.Id)
+  const commit = await request(sock('tenant'), 'POST', `/v1.41/commit?container=${own.json?.Id}&repo=team-${RUN}/c&tag=1`, { Labels: { 'io.portcullis.role': 'admin' } })
+  t.equal(commit.status, 403, commit.text)
+  t.match(commit.json?.message, /rule role-labels/)
   const build = await request(sock('tenant'), 'POST', `/v1.41/build?t=team-${RUN}/x:1&labels=${encodeURIComponent(JSON.stringify({ 'io.portcullis.role': 'admin' }))}`,
     tarOf({ Dockerfile: `FROM ${IMAGE}\n` }), { contentType: 'application/x-tar' })
   t.equal(build.status, 403, build.text)

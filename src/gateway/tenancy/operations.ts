@@ -134,7 +134,9 @@ function hidden (call: Call, places: readonly LabelsAt[]): void {
  * The labels that give a calling container its roles (gateway/callers.ts, the listener
  * option `containerIdentity`, default prefix io.portcullis.) are an admin's to set: a
  * tenant's create carrying one is refused, whatever the listeners' prefixes (a tenant's
- * container never gets a role from its labels anyway: it carries the owner label).
+ * container never gets a role from its labels anyway: it carries the owner label). A
+ * commit's config is an image's labels, which give no role either (gateway/callers.ts):
+ * refused all the same, as the rule says.
  */
 function noRoleLabels (call: Call, pointer: readonly string[]): void {
   const labels = bodyAt(call, ...pointer)
@@ -687,6 +689,7 @@ const imageCommit: Handler = async (call) => {
   call.setQuery('container', id)
   const repo = call.query.get('repo')
   if (repo) mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'committed image')
+  noRoleLabels(call, ['Labels'])
   stamp(call, ['Labels'])
   // The committed image's triggers: the changes', the body's (a container config), and the container's own.
   const container = await call.r.get(`/containers/${encodeURIComponent(id)}/json`)
