@@ -13,7 +13,7 @@
  *   container gets the listener's default identity;
  * - labels that grant roles count only where an admin set them: a tenant's container
  *   with one, and a container whose image carries one, get no role;
- * - a tenant cannot set them: its create, commit config and build labels carrying one
+ * - a tenant cannot set them: its create, commit config, image load and build labels carrying one
  *   are refused (rule role-labels), and nothing is created; a Dockerfile LABEL is
  *   (rule owner-labels).
  */
@@ -198,6 +198,18 @@ t.test('a tenant cannot set role labels', async (t) => {
   const commit = await request(sock('tenant'), 'POST', `/v1.41/commit?container=${own.json?.Id}&repo=team-${RUN}/c&tag=1`, { Labels: { 'io.portcullis.role': 'admin' } })
   t.equal(commit.status, 403, commit.text)
   t.match(commit.json?.message, /rule role-labels/)
+  // An image archive whose config carries one (an admin's image, tagged into the tenant's namespace and saved).
+  const base = await runContainer('tobesaved', {}, ['true'])
+  const labelled = await direct('POST', `/commit?container=${base.id}&repo=team-${RUN}/l&tag=1&changes=${encodeURIComponent('LABEL io.portcullis.role=admin')}`, {})
+  t.equal(labelled.status, 201, labelled.text)
+  images.push(`team-${RUN}/l:1`)
+  const tarFile = path.join(dir, 'labelled.tar')
+  execFileSync('/usr/bin/docker', ['-H', `unix://${engine().socket}`, 'save', '-o', tarFile, `team-${RUN}/l:1`])
+  await direct('DELETE', `/images/team-${RUN}/l:1`)
+  const load = await request(sock('tenant'), 'POST', '/v1.41/images/load', fs.readFileSync(tarFile), { contentType: 'application/x-tar' })
+  t.equal(load.status, 403, load.text)
+  t.match(load.json?.message, /rule role-labels/)
+  t.equal((await direct('GET', `/images/team-${RUN}/l:1/json`)).status, 404, 'nothing loaded')
   const build = await request(sock('tenant'), 'POST', `/v1.41/build?t=team-${RUN}/x:1&labels=${encodeURIComponent(JSON.stringify({ 'io.portcullis.role': 'admin' }))}`,
     tarOf({ Dockerfile: `FROM ${IMAGE}\n` }), { contentType: 'application/x-tar' })
   t.equal(build.status, 403, build.text)
