@@ -4,7 +4,8 @@
  *  - On a TCP listener, the peer's address names the container: the engine's list of
  *    containers (their addresses on every network), kept by the engine's events. An
  *    address the list does not hold is looked up afresh, awaited, before the request
- *    is judged; still unknown, the lookup waits for the next container start (a
+ *    is judged; still unknown but in one of the engine's networks (and no address of
+ *    the host's own), the lookup waits for the next container start (a
  *    container's first command can connect before the engine lists its address: the
  *    engine records it, and says `start`, after the process runs), then asks once more.
  *  - On a unix socket, the peer's process names it: SO_PEERCRED gives the pid of the
@@ -18,7 +19,8 @@
  * with any label) give no role; tenancy refuses them on a tenant's create as well.
  */
 import { readFile } from 'node:fs/promises'
-import type { Socket } from 'node:net'
+import { BlockList, isIP, type Socket } from 'node:net'
+import { networkInterfaces } from 'node:os'
 import type { Logger } from 'pino'
 import { getsockopt } from 'sockopt'
 import type { ContainerIdentityConfig, ListenerConfig } from '../config'
@@ -44,7 +46,7 @@ const SO_PEERCRED = 17
 
 /** Actions after which an address or a name may belong to another container. */
 const CONTAINER_ACTIONS = new Set(['start', 'die', 'destroy', 'rename', 'create', 'restart'])
-const NETWORK_ACTIONS = new Set(['connect', 'disconnect'])
+const NETWORK_ACTIONS = new Set(['connect', 'disconnect', 'create', 'destroy', 'remove'])
 
 /**
  * The container id in a /proc/<pid>/cgroup file: every line's path names the same one,
@@ -64,6 +66,17 @@ export function containerIdInCgroup (text: string): string | null {
     }
   }
   return id
+}
+
+/** What one list of the engine says: each address's containers, and the networks' subnets. */
+interface Known {
+  readonly containers: Map<string, CallerContainer[]>
+  readonly subnets: BlockList
+}
+
+/** Whether `ip` is an address of one of this machine's interfaces (in the gateway's network namespace). */
+function localAddress (ip: string): boolean {
+  return Object.values(networkInterfaces()).some((list) => list?.some((i) => i.address === ip) === true)
 }
 
 /** An IPv4 peer of a dual-stack socket (`::ffff:172.17.0.2`) as the engine writes it. */
@@ -90,7 +103,7 @@ export function roleLabels (labels: Readonly<Record<string, string>>, prefix: st
 
 export class ContainerCallers {
   /** Address -> the containers that have it; valid for `generation` while the event stream is live. */
-  private addresses: Map<string, CallerContainer[]> | null = null
+  private addresses: Known | null = null
   private addressesAt = -1
   /** Container id -> what inspect said; evicted by that container's events. */
   private readonly byId = new Map<string, CallerContainer | null>()
@@ -98,7 +111,7 @@ export class ContainerCallers {
   private readonly imageLabels = new Map<string, Record<string, string>>()
   private live = false
   private generation = 0
-  private listing: { at: number, since: number, done: Promise<Map<string, CallerContainer[]>> } | null = null
+  private listing: { at: number, since: number, done: Promise<Known> } | null = null
   private readonly starts = new Set<() => void>()
   private stopped = false
   private abort: AbortController | null = null
@@ -170,7 +183,7 @@ export class ContainerCallers {
   }
 
   /** The addresses as the last list and the events since say, while the event stream is live. */
-  private known (): Map<string, CallerContainer[]> | null {
+  private known (): Known | null {
     return this.live && this.addresses !== null && this.addressesAt === this.generation ? this.addresses : null
   }
 
@@ -179,15 +192,28 @@ export class ContainerCallers {
    * answering after that moment (a Date.now()) will do, not what is known; else what is
    * known, or a list in flight since the last event. Lookups share lists in flight.
    */
-  private async list (after?: number): Promise<Map<string, CallerContainer[]>> {
+  private async list (after?: number): Promise<Known> {
     const known = after === undefined ? this.known() : null
     if (known !== null) return known
     if (this.listing !== null && this.listing.at === this.generation && (after === undefined || this.listing.since > after)) return await this.listing.done
     const at = this.generation
     const since = Date.now()
     const done = (async () => {
-      const { status, body } = await engineJson(this.upstream, 'GET', '/containers/json?all=1')
+      const [{ status, body }, networks] = await Promise.all([
+        engineJson(this.upstream, 'GET', '/containers/json?all=1'),
+        engineJson(this.upstream, 'GET', '/networks'),
+      ])
       if (status !== 200 || !Array.isArray(body)) throw new Error(`the engine answered ${status} to GET /containers/json`)
+      if (networks.status !== 200 || !Array.isArray(networks.body)) throw new Error(`the engine answered ${networks.status} to GET /networks`)
+      const subnets = new BlockList()
+      for (const n of networks.body as Array<Record<string, any>>) {
+        for (const c of Array.isArray(n?.['IPAM']?.Config) ? n['IPAM'].Config : []) {
+          const m = typeof c?.Subnet === 'string' ? /^(.+)\/(\d+)$/.exec(c.Subnet) : null
+          if (m === null) continue
+          const family = isIP(m[1]!)
+          if (family !== 0) subnets.addSubnet(m[1]!, Number(m[2]), family === 6 ? 'ipv6' : 'ipv4')
+        }
+      }
       const map = new Map<string, CallerContainer[]>()
       for (const c of body as Array<Record<string, any>>) {
         if (typeof c?.['Id'] !== 'string') continue
@@ -202,8 +228,9 @@ export class ContainerCallers {
         }
         for (const a of addrs) map.set(a, [...(map.get(a) ?? []), container])
       }
-      if (this.live && at === this.generation) { this.addresses = map; this.addressesAt = at }
-      return map
+      const known: Known = { containers: map, subnets }
+      if (this.live && at === this.generation) { this.addresses = known; this.addressesAt = at }
+      return known
     })()
     this.listing = { at, since, done }
     try { return await done } finally { if (this.listing?.done === done) this.listing = null }
@@ -264,14 +291,18 @@ export class ContainerCallers {
           ? { found: 'container', container: found[0]!, via }
           : { found: 'ambiguous', why: `${found.length} containers have the address ${ip}`, via }
     const known = this.known()
-    const cached = known === null ? null : answer(known.get(ip), 'cached')
+    const cached = known === null ? null : answer(known.containers.get(ip), 'cached')
     if (cached !== null) return cached
-    const listed = answer((await this.list(arrived - 1)).get(ip), 'listed')
+    const fresh = await this.list(arrived - 1)
+    const listed = answer(fresh.containers.get(ip), 'listed')
     if (listed !== null) return listed
+    // An address of this machine's own, or outside every network's subnet, is never a container's.
+    if (localAddress(ip)) return { found: 'none', why: `${ip} is an address of the gateway's own host`, via: 'listed' }
+    if (!fresh.subnets.check(ip, isIP(ip) === 6 ? 'ipv6' : 'ipv4')) return { found: 'none', why: `${ip} is in no network of the engine`, via: 'listed' }
     // Not listed (yet): a container whose first command is this request may not be, until it has started.
     const waiting = Date.now()
     await this.nextStart(START_WAIT_MS)
-    return answer((await this.list(waiting)).get(ip), 'waited') ?? { found: 'none', why: `no container has the address ${ip}`, via: 'waited' }
+    return answer((await this.list(waiting)).containers.get(ip), 'waited') ?? { found: 'none', why: `no container has the address ${ip}`, via: 'waited' }
   }
 
   /** The container the process `pid` runs in (its cgroup names it). */
