@@ -115,6 +115,8 @@ export class ContainerCallers {
   private readonly starts = new Set<() => void>()
   private stopped = false
   private abort: AbortController | null = null
+  /** Ends the wait before the event stream is asked again (stop). */
+  private wake: (() => void) | null = null
 
   constructor (private readonly upstream: Upstream, private readonly log: Logger) {}
 
@@ -124,7 +126,8 @@ export class ContainerCallers {
     return () => {
       this.stopped = true
       this.abort?.abort()
-      for (const wake of this.starts) wake()
+      this.wake?.()
+      for (const wake of [...this.starts]) wake()
     }
   }
 
@@ -168,7 +171,8 @@ export class ContainerCallers {
         this.byId.clear()
       }
       if (this.stopped) break
-      await new Promise<void>((resolve) => { const t = setTimeout(resolve, delay); t.unref(); this.starts.add(resolve) })
+      await new Promise<void>((resolve) => { const t = setTimeout(resolve, delay); t.unref(); this.wake = () => { clearTimeout(t); resolve() } })
+      this.wake = null
       delay = Math.min(delay * 2, 30_000)
     }
   }
