@@ -22,7 +22,6 @@ import { readFile } from 'node:fs/promises'
 import { BlockList, isIP, type Socket } from 'node:net'
 import { networkInterfaces } from 'node:os'
 import type { Logger } from 'pino'
-import { getsockopt } from 'sockopt'
 import type { ContainerIdentityConfig, ListenerConfig } from '../config'
 import { GatewayError, isGatewayError } from '../api/errors'
 import { jsonLines } from './body'
@@ -366,8 +365,26 @@ export class ContainerCallers {
   }
 }
 
+type GetSockOpt = (socket: Socket, level: number, option: number) => number
+let getsockopt: GetSockOpt | null = null
+
+/**
+ * Load the native addon that reads SO_PEERCRED (sockopt: prebuilt for Linux x64 and
+ * arm64), for unix listeners with `containerIdentity`, at start-up: where it cannot
+ * load, the gateway says so and does not start; other set-ups never load it.
+ */
+export async function loadPeerCredentials (): Promise<void> {
+  if (getsockopt !== null) return
+  try {
+    getsockopt = (await import('sockopt')).getsockopt
+  } catch (err) {
+    throw new Error(`containerIdentity on a unix listener reads the caller's process with the sockopt package, which did not load here: ${(err as Error).message}`)
+  }
+}
+
 /** The pid of the process that connected to a unix socket (SO_PEERCRED); null when it cannot be read. */
 export function peerPid (socket: Socket): number | null {
+  if (getsockopt === null) return null
   try {
     const pid = getsockopt(socket, SOL_SOCKET, SO_PEERCRED)
     // 0: the peer is in a pid namespace this process does not see.

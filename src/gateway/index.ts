@@ -5,7 +5,7 @@
 import pino, { type Logger } from 'pino'
 import { Credentials, describeConfig, type Config, type JsonObject, type JsonValue } from '../config'
 import { acceptedCredentials, createAuthenticator, type Authenticator } from './authenticate'
-import { ContainerCallers } from './callers'
+import { ContainerCallers, loadPeerCredentials } from './callers'
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { BodyBudget } from './budget'
@@ -40,6 +40,8 @@ export interface Gateway {
 export async function startGateway (config: Config, log: Logger = pino({ level: config.log.level })): Promise<Gateway> {
   // Reads the key material; replaced on reload (new keys, claims, mappings).
   let authenticator: Authenticator = createAuthenticator(config.auth)
+  // Unix listeners whose callers are containers read their peers' pids with a native addon.
+  if (config.listen.some((l) => l.kind === 'unix' && l.containerIdentity !== undefined)) await loadPeerCredentials()
   // A missing or invalid policy stops the start-up (PolicyError lists the problems).
   // With policy.database, an unreachable database stops it too (fail closed).
   const policy = await PolicyStore.open(config.policy.dir, log, config.policy.database, { reloadTests: config.policy.reloadTests })
