@@ -9,8 +9,8 @@
  * - two containers with different role labels get different answers (traefik or
  *   dashboard list containers, a role the policy does not know gets 403), on TCP and on the unix socket, and the audit
  *   record names each container (subject container:<name>, auth container, its id);
- * - a container without role labels is itself, with no roles; a caller that is no
- *   container gets the listener's default identity;
+ * - a container without role labels is itself, with no roles (the policy may grant it
+ *   some by its subject); a caller that is no container gets the listener's default identity;
  * - labels that grant roles count only where an admin set them: a tenant's container
  *   with one, and a container whose image carries one, get no role;
  * - a tenant cannot set them: its create, commit config, image load and build labels carrying one
@@ -53,6 +53,10 @@ t.before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcc-'))
   // World-traversable: the unix socket is bind-mounted into containers.
   fs.chmodSync(dir, 0o755)
+  // The shipped policy, and one line granting a role to a container by its subject.
+  const policies = path.join(dir, 'policies')
+  fs.cpSync(POLICIES, policies, { recursive: true })
+  fs.appendFileSync(path.join(policies, 'base.csv'), `\ng, user:container:cc-${RUN}-granted, dashboard, *\n`)
   const config = path.join(dir, 'portcullis.yaml')
   fs.writeFileSync(config, [
     'listen:',
@@ -61,7 +65,7 @@ t.before(async () => {
     `  - { tcp: "${bridge}:${PORT}", name: bridge, containerIdentity: { default: { subject: stranger, roles: [] } } }`,
     `  - { unix: ${sock('callers')}, name: callers, mode: "0666", containerIdentity: {} }`,
     `upstream: unix://${engine().socket}`,
-    `policy: { dir: ${POLICIES} }`,
+    `policy: { dir: ${policies} }`,
     `audit: { file: ${dir}/audit.jsonl }`,
     `metrics: { listen: "127.0.0.1:${PORT + 1}" }`,
     'log: { level: info }',
@@ -114,7 +118,7 @@ async function runContainer (name: string, labels: Record<string, string>, cmd: 
 }
 
 /** The first command of the entrypoint: GET /containers/json on the bridge listener, the status line printed. */
-const WGET = (): string[] => ['sh', '-c', `wget -S -q -O /dev/null http://${bridge}:${PORT}/v1.41/containers/json 2>&1 | head -1`]
+const WGET = (target = '/v1.41/containers/json'): string[] => ['sh', '-c', `wget -S -q -O /dev/null http://${bridge}:${PORT}${target} 2>&1 | head -1`]
 /** The same through the unix socket mounted at /gw.sock, with the docker CLI. */
 const DOCKER_PS = ['/docker', '-H', 'unix:///gw.sock', 'ps', '-q']
 const unixBinds = (): string[] => [`${sock('callers')}:/gw.sock`, `${DOCKER_STATIC}:/docker:ro`]
@@ -149,6 +153,14 @@ t.test('TCP: a container without role labels is itself, with no role; a caller t
   })
   t.match(host, /403/, `no container: the default identity (no roles): ${host}`)
   t.ok(auditedIdentities('ContainerList').some((i) => i.subject === 'stranger' && i.auth === 'listener'), 'audited as the default identity')
+})
+
+t.test('the policy grants a container a role by its subject', async (t) => {
+  // What the policy alone decides for an identity without a tenant: the engine's version (tenancy refuses the rest).
+  const granted = await runContainer('granted', {}, WGET('/v1.41/version'))
+  const other = await runContainer('ungranted', {}, WGET('/v1.41/version'))
+  t.match(granted.logs, /HTTP\/1\.1 200/, `g, user:container:<name>, dashboard: ${granted.logs}`)
+  t.match(other.logs, /HTTP\/1\.1 403/, `another container without the line: ${other.logs}`)
 })
 
 t.test('role labels count only where an admin set them', async (t) => {
