@@ -6,7 +6,7 @@ const neostandard = require('neostandard')
 const importX = require('eslint-plugin-import-x')
 
 module.exports = [
-  ...neostandard({ ts: true, ignores: ['dist/**', 'node_modules/**', '.engine/**', '.tap/**', 'spec/**'] }),
+  ...neostandard({ ts: true, ignores: ['dist/**', 'node_modules/**', '.engine/**', '.tap/**', 'spec/**', '.prebuilt/**'] }),
   {
     rules: {
       // Fire-and-forget on purpose (a promise whose failure is handled where it is made).

@@ -297,3 +297,24 @@ t.test('listener identity, anonymous, and nothing', async (t) => {
   t.equal(refusal(() => withJwt.authenticate(request(), unix)), 'authentication required: send a bearer token (Authorization: Bearer <JWT>)', 'a listener that takes tokens: 401 asking for one')
   t.notMatch(refusal(() => withJwt.authenticate(request(), unix)), SECRET, 'no secret in the message')
 })
+
+// ---------------------------------------------------------------------------
+// The calling container (listener containerIdentity; callers.ts finds it)
+
+t.test('the calling container, its listener\'s default, and a token before both', async (t) => {
+  const a = createAuthenticator(auth(HS))
+  const containers = { ...unix, containerIdentity: { labelPrefix: 'io.portcullis.' } } as ListenerConfig
+  const withDefault = { ...unix, containerIdentity: { labelPrefix: 'io.portcullis.', default: { subject: 'stranger', roles: ['guest'] } } } as ListenerConfig
+  const withAnonymous = { ...containers, anonymous: true } as ListenerConfig
+  const container = { id: 'c'.repeat(64), name: 'traefik', labels: { 'io.portcullis.role': 'traefik' }, image: `sha256:${'d'.repeat(64)}` }
+  const caller = { kind: 'container' as const, container, roles: ['traefik'], via: 'listed' as const }
+  const unknown = { kind: 'unknown' as const, why: 'no container has the address 10.0.0.9', via: 'waited' as const }
+  const id = a.authenticate(request(), containers, caller)
+  t.same(id, { subject: 'container:traefik', tenant: null, roles: ['traefik'], method: 'container', container: 'c'.repeat(64) }, 'the container, with the roles of its labels')
+  t.ok(Object.isFrozen(id), 'frozen')
+  t.same(a.authenticate(request(), withDefault, unknown), { subject: 'stranger', tenant: null, roles: ['guest'], method: 'listener' }, 'no container: the default identity')
+  t.same(a.authenticate(request(), withAnonymous, unknown), ANONYMOUS, 'no container, no default, anonymous: true')
+  t.equal(refusal(() => a.authenticate(request(), containers, unknown)),
+    'authentication required: the caller is no container this listener knows (no container has the address 10.0.0.9); send a bearer token', 'no container, no default: 401 saying why')
+  t.match(a.authenticate(request({ authorization: `Bearer ${hs({ sub: 'tok' })}` }), containers, caller), { subject: 'tok', method: 'jwt' }, 'a bearer token comes first')
+})

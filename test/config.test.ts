@@ -771,6 +771,25 @@ t.test('unix listeners: mode, group, path length', async (t) => {
   t.same(listen('{ unix: /s, identity: { subject: a } }').identity, { subject: 'a', roles: [] })
 })
 
+t.test('containerIdentity on a listener: defaults and what it cannot be given with', async (t) => {
+  const file = '/srv/p.yaml'
+  const config = (body: string): Config => parseConfig(`listen:\n  - ${body}\n`, file)
+  const bad = (body: string): string[] => problemsOf(() => config(body))
+  t.same(unixListener(config('{ unix: /s, containerIdentity: {} }'), 0).containerIdentity, { labelPrefix: 'io.portcullis.' }, 'the default prefix')
+  t.same(tcpListener(config('{ tcp: "172.17.0.1:2375", containerIdentity: { labelPrefix: acme-, default: { subject: stranger } } }'), 0).containerIdentity,
+    { labelPrefix: 'acme-', default: { subject: 'stranger', roles: [] } })
+  t.same(bad('{ unix: /s, identity: { subject: a }, containerIdentity: {} }'), [
+    'listen[0].identity: cannot be given with containerIdentity; give the identity of callers that are no container as containerIdentity.default',
+  ])
+  t.same(bad('{ unix: /s, anonymous: true, containerIdentity: { default: { subject: a } } }'), [
+    'listen[0].anonymous: cannot be true with containerIdentity.default (callers that are no container get that identity)',
+  ])
+  t.same(bad('{ unix: /s, containerIdentity: { labelPrefix: "io portcullis" } }'), [
+    'listen[0].containerIdentity.labelPrefix: expected a label prefix: letters, digits, dots, dashes and underscores, ending with a dot or a dash (e.g. io.portcullis.), got "io portcullis"',
+  ])
+  t.same(bad('{ unix: /s, containerIdentity: { roles: [a] } }'), ['listen[0].containerIdentity.roles: unknown key'])
+})
+
 t.test('duplicate listeners and overlapping addresses', async (t) => {
   const problems = problemsOf(() =>
     parseConfig(

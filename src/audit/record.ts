@@ -22,7 +22,7 @@ export const RECORD_VERSION = 1
 export type AuditLevel = 'metadata' | 'facts' | 'request'
 export type AuditEventKind = 'request' | 'session.start' | 'session.end'
 export type ChainEventKind = 'chain.head' | 'chain.end'
-export type AuthMethod = 'jwt' | 'mtls' | 'listener' | 'anonymous'
+export type AuthMethod = 'jwt' | 'mtls' | 'listener' | 'anonymous' | 'container'
 export type DecisionKind = 'allow' | 'deny' | 'would_deny'
 
 // ---------------------------------------------------------------------------
@@ -56,6 +56,8 @@ export interface AuditIdentityInput {
   readonly roles: readonly string[]
   /** How the identity was established (Identity.method). */
   readonly method: AuthMethod
+  /** The calling container's full id (method `container`). */
+  readonly container?: string
   readonly certFingerprint?: string
   readonly tokenId?: string
 }
@@ -152,6 +154,7 @@ export interface AuditIdentity {
   tenant: string | null
   roles: string[]
   auth: AuthMethod
+  container?: string
   certFingerprint?: string
   tokenId?: string
 }
@@ -269,6 +272,7 @@ function ruleRef (r: AuditRuleRefInput): AuditRuleRef {
 function identityOf (i: AuditIdentityInput | null | undefined): AuditIdentity | null {
   if (i === null || i === undefined) return null
   const out: AuditIdentity = { subject: i.subject, tenant: i.tenant ?? null, roles: [...i.roles], auth: i.method }
+  if (i.container !== undefined) out.container = i.container
   if (i.certFingerprint !== undefined) out.certFingerprint = i.certFingerprint
   if (i.tokenId !== undefined) out.tokenId = i.tokenId
   return out

@@ -23,6 +23,7 @@ export type {
   AuditTransportConfig,
   AuthConfig,
   Config,
+  ContainerIdentityConfig,
   FixedIdentity,
   JsonObject,
   JsonValue,
@@ -246,6 +247,12 @@ function listenerSummary (l: ListenerConfig): JsonObject {
     out['identity'] = id
   }
   if (l.anonymous !== undefined) out['anonymous'] = l.anonymous
+  if (l.containerIdentity !== undefined) {
+    const ci: JsonObject = { labelPrefix: l.containerIdentity.labelPrefix }
+    const d = l.containerIdentity.default
+    if (d !== undefined) ci['default'] = { subject: d.subject, roles: [...d.roles], ...(d.tenant !== undefined ? { tenant: d.tenant } : {}) }
+    out['containerIdentity'] = ci
+  }
   if (l.activated !== undefined) out['systemd'] = { fd: l.activated.fd, name: l.activated.name }
   return out
 }

@@ -31,7 +31,7 @@ import { At, compile, shown, type SchemaProblem } from './problems'
 import * as S from './schema'
 import { BODY_MEMORY_FACTOR, BUFFERED_BYTES_DEFAULT } from './schema'
 import { passedSockets, type PassedSocket } from './activation'
-import type { AuditConfig, Config, FixedIdentity, JwtConfig, ListenerConfig, LoadedTls, MtlsMappingConfig, UpstreamConfig, UpstreamSource } from './types'
+import type { AuditConfig, Config, ContainerIdentityConfig, FixedIdentity, JwtConfig, ListenerConfig, LoadedTls, MtlsMappingConfig, UpstreamConfig, UpstreamSource } from './types'
 
 export interface ValidateOptions {
   /** Directory relative paths are resolved against. */
@@ -218,6 +218,29 @@ function group (ctx: Ctx, at: At, v: string | number): { group?: string, gid: nu
 
 type ListenerFile = Static<typeof S.Listener>
 
+/**
+ * A listener whose callers are containers gives the others its `default` identity: a
+ * fixed identity beside it would say the same twice, and one with a client CA would
+ * never see a container (every request brings a certificate).
+ */
+function containerIdentityFits (ctx: Ctx, at: At, m: ListenerFile): boolean {
+  if (m.containerIdentity === undefined) return true
+  let ok = true
+  if (m.identity !== undefined) {
+    ctx.problem(at.k('identity'), 'cannot be given with containerIdentity; give the identity of callers that are no container as containerIdentity.default')
+    ok = false
+  }
+  if (m.containerIdentity.default !== undefined && m.anonymous === true) {
+    ctx.problem(at.k('anonymous'), 'cannot be true with containerIdentity.default (callers that are no container get that identity)')
+    ok = false
+  }
+  if (m.tls?.ca !== undefined) {
+    ctx.problem(at.k('containerIdentity'), 'cannot be used on a listener that requires client certificates (tls.ca)')
+    ok = false
+  }
+  return ok
+}
+
 function listener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSocket[]): ListenerConfig | undefined {
   if (!ctx.usable(at)) return
   if (m.systemd !== undefined) return activatedListener(ctx, at, m, passed)
@@ -225,12 +248,17 @@ function listener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSocket[]): L
   const hasTcp = m.tcp !== undefined
   if (hasUnix && hasTcp) ctx.problem(at, 'give exactly one of unix or tcp, not both')
   if (!hasUnix && !hasTcp) ctx.problem(at, 'missing unix: <socket path>, tcp: <host:port> or systemd: <socket name>')
-  let ok = hasUnix !== hasTcp && ['name', 'identity', 'anonymous'].every((k) => ctx.ok(at.k(k)))
+  let ok = hasUnix !== hasTcp && ['name', 'identity', 'anonymous', 'containerIdentity'].every((k) => ctx.ok(at.k(k)))
   if (m.identity !== undefined && m.anonymous === true) {
     ctx.problem(at.k('anonymous'), 'cannot be true on a listener that has a fixed identity')
     ok = false
   }
-  const common = { ...(m.identity ? { identity: m.identity } : {}), ...(m.anonymous !== undefined ? { anonymous: m.anonymous } : {}) }
+  if (!containerIdentityFits(ctx, at, m)) ok = false
+  const common = {
+    ...(m.identity ? { identity: m.identity } : {}),
+    ...(m.anonymous !== undefined ? { anonymous: m.anonymous } : {}),
+    ...(m.containerIdentity ? { containerIdentity: m.containerIdentity } : {}),
+  }
 
   if (m.unix !== undefined) {
     const unix = ctx.given(at, m, 'unix')
@@ -265,7 +293,8 @@ function listener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSocket[]): L
 /** A `systemd: NAME` entry: the passed socket of that name, with the entry's name, identity and TLS. */
 function activatedListener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSocket[]): ListenerConfig | undefined {
   const name = m.systemd ?? ''
-  let ok = ['name', 'identity', 'anonymous'].every((k) => ctx.ok(at.k(k)))
+  let ok = ['name', 'identity', 'anonymous', 'containerIdentity'].every((k) => ctx.ok(at.k(k)))
+  if (!containerIdentityFits(ctx, at, m)) ok = false
   for (const key of ['unix', 'tcp', 'mode', 'group'] as const) {
     if (m[key] !== undefined) {
       ctx.problem(at.k(key), key === 'mode' || key === 'group'
@@ -298,11 +327,12 @@ function activatedListener (ctx: Ctx, at: At, m: ListenerFile, passed: PassedSoc
   return passedListener(p, m.name ?? `systemd:${name}`, {
     ...(m.identity ? { identity: m.identity } : {}),
     ...(m.anonymous !== undefined ? { anonymous: m.anonymous } : {}),
+    ...(m.containerIdentity ? { containerIdentity: m.containerIdentity } : {}),
     ...(t ? { tls: t } : {}),
   })
 }
 
-function passedListener (p: PassedSocket, name: string, extra: { identity?: FixedIdentity, anonymous?: boolean, tls?: LoadedTls }): ListenerConfig {
+function passedListener (p: PassedSocket, name: string, extra: { identity?: FixedIdentity, anonymous?: boolean, containerIdentity?: ContainerIdentityConfig, tls?: LoadedTls }): ListenerConfig {
   const activated = { fd: p.fd, name: p.name }
   const { tls: t, ...common } = extra
   return p.kind === 'unix'

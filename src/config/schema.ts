@@ -99,6 +99,29 @@ export const FixedIdentity = Type.Object({
 
 const GROUP = 'a group name or a gid between 0 and 4294967294'
 
+/** The label prefix whose `role` / `roles` labels give a calling container its roles. */
+export const CONTAINER_LABEL_PREFIX_DEFAULT = 'io.portcullis.'
+const LABEL_PREFIX = 'a label prefix: letters, digits, dots, dashes and underscores, ending with a dot or a dash (e.g. io.portcullis.)'
+
+/**
+ * `containerIdentity` on a listener: the calling container is the identity
+ * (src/gateway/callers.ts). On TCP, the peer's address names it (through the engine's
+ * list of containers, kept by its events); on a unix socket, the peer's process (its
+ * pid, from SO_PEERCRED, then its cgroup). Its roles are the labels
+ * `<labelPrefix>role` and `<labelPrefix>roles`. Callers that are no single container
+ * the engine knows get `default` (absent: the listener's `anonymous`, else 401).
+ */
+export const ContainerIdentity = Type.Object({
+  labelPrefix: Type.String({
+    default: CONTAINER_LABEL_PREFIX_DEFAULT,
+    pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*[.-]$',
+    maxLength: 200,
+    expected: LABEL_PREFIX,
+    messages: { pattern: `expected ${LABEL_PREFIX}, got {got}` },
+  }),
+  default: Type.Optional(FixedIdentity),
+}, closed())
+
 /** A listener as written; exactly one of unix and tcp (checked in resolve.ts). */
 export const Listener = Type.Object({
   unix: Type.Optional(Text()),
@@ -112,6 +135,8 @@ export const Listener = Type.Object({
   tls: Type.Optional(Tls),
   identity: Type.Optional(FixedIdentity),
   anonymous: Type.Optional(Type.Boolean()),
+  /** The calling container is the identity (ContainerIdentity). */
+  containerIdentity: Type.Optional(ContainerIdentity),
 }, closed())
 
 /**

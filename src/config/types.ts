@@ -39,6 +39,7 @@ export interface TlsMaterial { cert: Buffer, key: Buffer, ca?: Buffer }
 export type LoadedTls = TlsFiles & { material: TlsMaterial }
 
 export type FixedIdentity = Static<typeof S.FixedIdentity>
+export type ContainerIdentityConfig = Static<typeof S.ContainerIdentity>
 
 export type RatesConfig = Static<typeof S.Rates>
 export type RoleRatesConfig = Static<typeof S.RoleRates>
@@ -47,6 +48,8 @@ interface ListenerCommon {
   name: string
   identity?: FixedIdentity
   anonymous?: boolean
+  /** The calling container is the identity (gateway/callers.ts). */
+  containerIdentity?: ContainerIdentityConfig
   /** A listening socket passed by systemd (socket activation): served as is, never bound or chmod-ed here. */
   activated?: { fd: number, name: string }
 }

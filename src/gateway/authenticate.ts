@@ -6,9 +6,11 @@
  *     It must verify; a failing token, or any other scheme, is a 401 and nothing
  *     else is tried (explicit credentials that fail never fall back).
  *  2. The verified client certificate, on a TLS listener with a `ca`.
- *  3. The listener's fixed `identity`.
- *  4. `anonymous: true` on the listener.
- *  5. Otherwise 401, naming what the listener accepts.
+ *  3. On a listener with `containerIdentity`, the calling container (callers.ts, looked
+ *     up by the pipeline before this runs), else that option's `default` identity.
+ *  4. The listener's fixed `identity`.
+ *  5. `anonymous: true` on the listener.
+ *  6. Otherwise 401, naming what the listener accepts.
  *
  * Key material is read once, when the Authenticator is created from the config (at
  * start-up and on reload). Messages say why a credential was refused; they never
@@ -34,16 +36,40 @@ export interface Identity {
   readonly subject: string
   readonly tenant: string | null
   readonly roles: readonly string[]
-  readonly method: 'jwt' | 'mtls' | 'listener' | 'anonymous'
+  readonly method: 'jwt' | 'mtls' | 'listener' | 'anonymous' | 'container'
+  /** The calling container's full id, for container identities (subject `container:<name>`). */
+  readonly container?: string
   /** Hex SHA-256 of the verified client certificate (DER), for mTLS identities. */
   readonly certFingerprint?: string
   /** The token's `jti`, if it has one. */
   readonly tokenId?: string
 }
 
+// The calling container, as the pipeline found it (callers.ts) before authentication.
+export interface CallerContainer {
+  readonly id: string
+  /** Its name, without the leading `/`. */
+  readonly name: string
+  readonly labels: Readonly<Record<string, string>>
+  /** The id of its image. */
+  readonly image: string
+}
+
+/** How a caller was found: the addresses known, the engine asked, asked again after a container start, a unix peer's process. */
+export type LookupKind = 'cached' | 'listed' | 'waited' | 'peer'
+
+/** What a listener with `containerIdentity` knows of a request's caller, before it is authenticated. */
+export type Caller = (
+  | { readonly kind: 'container', readonly container: CallerContainer, readonly roles: readonly string[], readonly ignored?: string }
+  | { readonly kind: 'unknown', readonly why: string }
+) & { readonly via: LookupKind }
+
 export interface Authenticator {
-  /** The identity behind a request on `listener`; throws GatewayError UNAUTHENTICATED. */
-  authenticate (req: IncomingMessage, listener: ListenerConfig): Identity
+  /**
+   * The identity behind a request on `listener`; throws GatewayError UNAUTHENTICATED.
+   * `caller`: who is calling, on a listener with `containerIdentity`.
+   */
+  authenticate (req: IncomingMessage, listener: ListenerConfig, caller?: Caller): Identity
 }
 
 export const ANONYMOUS: Identity = Object.freeze({ subject: 'anonymous', tenant: null, roles: Object.freeze(['anonymous']), method: 'anonymous' })
@@ -276,7 +302,10 @@ export function acceptedCredentials (auth: Config['auth'], listener: ListenerCon
   const out: string[] = []
   if (auth.jwt !== undefined) out.push('a bearer token (Authorization: Bearer <JWT>)')
   if (requiresClientCertificate(listener)) out.push('a client certificate')
-  if (listener.identity !== undefined) out.push('requests without credentials, as its fixed identity')
+  if (listener.containerIdentity !== undefined) {
+    out.push(listener.containerIdentity.default !== undefined ? 'requests from any caller (a container as itself, others as its default identity)' : 'requests from containers the engine knows')
+  }
+  if (listener.containerIdentity?.default !== undefined) { /* said above */ } else if (listener.identity !== undefined) out.push('requests without credentials, as its fixed identity')
   else if (listener.anonymous === true) out.push('anonymous requests')
   return out
 }
@@ -285,7 +314,7 @@ export function createAuthenticator (auth: Config['auth']): Authenticator {
   const bearer = auth.jwt === undefined ? undefined : createJwtVerifier(auth.jwt)
   const mapping = auth.mtls ?? defaultMtlsMapping()
   return {
-    authenticate (req, listener) {
+    authenticate (req, listener, caller) {
       const header = req.headers.authorization
       if (header !== undefined) {
         const token = bearerToken(header)
@@ -293,6 +322,16 @@ export function createAuthenticator (auth: Config['auth']): Authenticator {
         return bearer(token)
       }
       if (requiresClientCertificate(listener)) return certificateIdentity(req.socket as TLSSocket, mapping)
+      const containers = listener.containerIdentity
+      if (containers !== undefined) {
+        if (caller?.kind === 'container') {
+          return identity({ subject: `container:${caller.container.name}`, tenant: null, roles: [...caller.roles], method: 'container', container: caller.container.id })
+        }
+        if (containers.default !== undefined) {
+          return identity({ subject: containers.default.subject, tenant: containers.default.tenant ?? null, roles: containers.default.roles, method: 'listener' })
+        }
+        if (listener.anonymous !== true) throw unauthenticated(`authentication required: the caller is no container this listener knows (${caller?.kind === 'unknown' ? caller.why : 'not looked up'}); send a bearer token`)
+      }
       if (listener.identity !== undefined) {
         return identity({ subject: listener.identity.subject, tenant: listener.identity.tenant ?? null, roles: listener.identity.roles, method: 'listener' })
       }

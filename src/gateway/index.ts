@@ -5,6 +5,7 @@
 import pino, { type Logger } from 'pino'
 import { Credentials, describeConfig, type Config, type JsonObject, type JsonValue } from '../config'
 import { acceptedCredentials, createAuthenticator, type Authenticator } from './authenticate'
+import { ContainerCallers, loadPeerCredentials } from './callers'
 import { listen, type Listening } from './listeners'
 import { Inflight, type GatewayDeps } from './pipeline'
 import { BodyBudget } from './budget'
@@ -39,6 +40,8 @@ export interface Gateway {
 export async function startGateway (config: Config, log: Logger = pino({ level: config.log.level })): Promise<Gateway> {
   // Reads the key material; replaced on reload (new keys, claims, mappings).
   let authenticator: Authenticator = createAuthenticator(config.auth)
+  // Unix listeners whose callers are containers read their peers' pids with a native addon.
+  if (config.listen.some((l) => l.kind === 'unix' && l.containerIdentity !== undefined)) await loadPeerCredentials()
   // A missing or invalid policy stops the start-up (PolicyError lists the problems).
   // With policy.database, an unreachable database stops it too (fail closed).
   const policy = await PolicyStore.open(config.policy.dir, log, config.policy.database, { reloadTests: config.policy.reloadTests })
@@ -75,12 +78,16 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     held: (bytes) => { metrics.bodyMemory(bytes) },
     refused: (scope, tenant) => { metrics.bodyRefused(scope, tenant) },
   })
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), rates: new RateLimits(config.rates, (tenant, cls, limit) => { metrics.rateLimitRefused(tenant, cls, limit) }), upstream, log, inflight, authenticate: (req, l) => authenticator.authenticate(req, l), policy: () => policy.current, hostPaths: () => hostPaths.mode, metrics, audit, tenancy, admin: policyAdmin(policy) }
+  // Listeners whose callers are containers: the engine's containers, followed by its events.
+  const callers = config.listen.some((l) => l.containerIdentity !== undefined) ? new ContainerCallers(upstream, log) : undefined
+  const stopCallers = callers?.start() ?? (() => {})
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), rates: new RateLimits(config.rates, (tenant, cls, limit) => { metrics.rateLimitRefused(tenant, cls, limit) }), upstream, log, inflight, authenticate: (req, l, caller) => authenticator.authenticate(req, l, caller), ...(callers ? { callers } : {}), policy: () => policy.current, hostPaths: () => hostPaths.mode, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
   } catch (err) {
     await Promise.allSettled(listeners.map((l) => l.app.close()))
+    stopCallers()
     tenancy.close()
     await upstream.close()
     await audit.close()
@@ -149,6 +156,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
         l.destroyConnections()
       }
       await closing
+      stopCallers()
       tenancy.close()
       await upstream.close()
       await metricsServer?.close()

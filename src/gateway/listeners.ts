@@ -113,6 +113,8 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
   const srv = server
   const sockets = new Set<net.Socket>()
   srv.on('connection', (socket: net.Socket) => {
+    // The peer's process, read while it surely is the one that connected (callers.ts).
+    if (cfg.kind === 'unix' && cfg.containerIdentity !== undefined) deps.callers?.connected(socket)
     sockets.add(socket)
     socket.once('close', () => { sockets.delete(socket) })
   })

@@ -17,6 +17,7 @@
  * Every stage throws coded GatewayErrors; only this module renders them.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { Logger } from 'pino'
 import type { ListenerConfig } from '../config'
@@ -27,7 +28,8 @@ import type { AuditTrail } from '../audit'
 import { inputFromContext } from './audit-input'
 import { recordNeeds } from '../audit/record'
 import type { Metrics, UpstreamErrorKind } from '../metrics'
-import type { Identity } from './authenticate'
+import type { Caller, Identity } from './authenticate'
+import type { ContainerCallers } from './callers'
 import { hasBody, readCapped, readUpgradeBody, type BodyLimits } from './body'
 import type { BodyBudget } from './budget'
 import { LARGE_BODY, type Turns } from './turns'
@@ -60,7 +62,9 @@ export interface GatewayDeps {
   readonly log: Logger
   readonly inflight: Inflight
   /** Who is making the request; throws UNAUTHENTICATED. */
-  readonly authenticate: (req: IncomingMessage, listener: ListenerConfig) => Identity
+  readonly authenticate: (req: IncomingMessage, listener: ListenerConfig, caller?: Caller) => Identity
+  /** The calling containers of listeners with `containerIdentity` (callers.ts). */
+  readonly callers?: ContainerCallers
   /** The policy in force now (swapped atomically on reload). */
   readonly policy: () => Policy
   /** Whether bind sources can be walked on this filesystem now (host-paths.ts). */
@@ -107,8 +111,24 @@ export class Inflight {
   }
 }
 
+/**
+ * On a listener whose callers are containers, which container is calling: decided
+ * (the engine asked, if need be) before anything of the request is judged. A request
+ * with credentials of its own is not looked up: they decide.
+ */
+async function identifyCaller (deps: GatewayDeps, listener: ListenerConfig, req: IncomingMessage, socket: Duplex): Promise<Caller | undefined> {
+  if (listener.containerIdentity === undefined || req.headers.authorization !== undefined) return undefined
+  if (deps.callers === undefined) throw new GatewayError('INTERNAL', 'the listener identifies containers, but the gateway follows none')
+  const caller = await deps.callers.identify(socket as Socket, listener)
+  deps.metrics.callerLookup(listener.name, caller.kind, caller.via)
+  if (caller.kind === 'container' && caller.ignored !== undefined) {
+    deps.log.warn({ listener: listener.name, container: caller.container.id, subject: `container:${caller.container.name}` }, `calling container: role labels ignored: ${caller.ignored}`)
+  }
+  return caller
+}
+
 /** Stages that run for every request, whatever its transport. */
-function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage): void {
+function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext, req: IncomingMessage, caller?: Caller): void {
   if (deps.inflight.closing) throw new GatewayError('SHUTTING_DOWN', 'the gateway is shutting down')
   assertNoDuplicateHeaders(req.rawHeaders)
   // Go's ParseForm merges a form-encoded body into the parameters the engine reads,
@@ -117,7 +137,7 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
     throw new GatewayError('BODY_INVALID', 'form-encoded request bodies are not accepted')
   }
   ctx.target = resolveTarget(req.method ?? '', req.url ?? '', deps.api)
-  ctx.identity = deps.authenticate(req, listener)
+  ctx.identity = deps.authenticate(req, listener, caller)
 }
 
 /**
@@ -500,7 +520,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
   // full budget) is left unread: the refusal goes out at once and the connection closes.
   let reading = false
   try {
-    admit(deps, listener, ctx, req)
+    admit(deps, listener, ctx, req, await identifyCaller(deps, listener, req, req.socket))
     const op = ctx.target!.operation
     reading = true
     await takeTurn(deps, ctx)
@@ -554,7 +574,7 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
   const { on, ended } = answerEvents(deps, ctx)
   socket.on('error', () => socket.destroy())
   try {
-    admit(deps, listener, ctx, req)
+    admit(deps, listener, ctx, req, await identifyCaller(deps, listener, req, socket))
     const op = ctx.target!.operation
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
     await takeTurn(deps, ctx)

@@ -88,6 +88,11 @@ function once (f: () => void): () => void {
   }
 }
 
+export const CALLER_RESULTS: readonly string[] = ['container', 'unknown']
+export type CallerResult = 'container' | 'unknown'
+export const CALLER_LOOKUPS: readonly string[] = ['cached', 'listed', 'waited', 'peer']
+export type CallerLookupKind = 'cached' | 'listed' | 'waited' | 'peer'
+
 export class Metrics {
   /** Content-Type of the text `metrics()` returns. */
   readonly contentType: string
@@ -120,6 +125,7 @@ export class Metrics {
   private readonly bodyBytesHeld: Gauge
   private readonly bodyRefusals: Counter<'scope' | 'tenant'>
   private readonly rateLimited: Counter<'tenant' | 'class' | 'limit'>
+  private readonly callerLookups: Counter<'listener' | 'result' | 'lookup'>
 
   constructor (opts: MetricsOptions) {
     this.tenants = new Set(opts.tenants.filter((t) => t !== OTHER && t !== NONE))
@@ -248,6 +254,12 @@ export class Metrics {
       labelNames: ['tenant', 'class', 'limit'],
       registers,
     })
+    this.callerLookups = new Counter({
+      name: `${PREFIX}container_callers_total`,
+      help: 'Requests on listeners with containerIdentity, by listener, result (container: a container named the identity; unknown: the listener\'s default) and how the caller was found (cached, listed: the engine asked, waited: asked again after a container start, peer: a unix socket\'s process).',
+      labelNames: ['listener', 'result', 'lookup'],
+      registers,
+    })
     const build = new Gauge({
       name: `${PREFIX}build_info`,
       help: 'The gateway version and the Node.js version running it (always 1).',
@@ -371,6 +383,15 @@ export class Metrics {
       tenant: this.tenantLabel(tenant),
       class: RATE_CLASSES.includes(rateClass) ? rateClass : 'write',
       limit: RATE_LIMITS.includes(limit) ? limit : 'rate',
+    })
+  }
+
+  /** A caller looked up on a listener with containerIdentity (gateway/callers.ts). */
+  callerLookup (listener: string, result: CallerResult, lookup: CallerLookupKind): void {
+    this.callerLookups.inc({
+      listener: this.listenerLabel(listener),
+      result: CALLER_RESULTS.includes(result) ? result : 'unknown',
+      lookup: CALLER_LOOKUPS.includes(lookup) ? lookup : 'listed',
     })
   }
 

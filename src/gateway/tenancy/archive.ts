@@ -516,6 +516,9 @@ function stamped (data: Buffer, file: string, labels: Readonly<Record<string, st
   const labelsKey = fieldKey(inner, 'Labels', `${what} config`) ?? 'Labels'
   const current = inner[labelsKey] ?? null
   if (current !== null && !isObject(current)) throw invalid(`${what}: config.Labels must be an object`)
+  // Labels that give a calling container roles (gateway/callers.ts) are an admin's to set.
+  const roleKeys = Object.keys(current ?? {}).filter((k) => /^io\.portcullis\.roles?$/i.test(k))
+  if (roleKeys.length > 0) throw new TenancyRefusal('FORBIDDEN', `image archive refused: ${what} sets ${roleKeys.map((k) => JSON.stringify(k)).join(', ')}: labels that give a container roles are set by an admin only (rule role-labels)`, 'role-labels')
   if (current !== null && Object.entries(labels).every(([k, v]) => current[k] === v)) return data
   return encodeBody({ ...doc, [configKey]: { ...inner, [labelsKey]: { ...(current ?? {}), ...labels } } })
 }

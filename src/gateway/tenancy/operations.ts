@@ -202,6 +202,21 @@ function hidden (call: Call, places: readonly LabelsAt[]): void {
   call.respond = { kind: 'json', transform: (b) => hideAll(b, places) }
 }
 
+/**
+ * The labels that give a calling container its roles (gateway/callers.ts, the listener
+ * option `containerIdentity`, default prefix io.portcullis.) are an admin's to set: a
+ * tenant's create carrying one is refused, whatever the listeners' prefixes (a tenant's
+ * container never gets a role from its labels anyway: it carries the owner label). A
+ * commit's config is an image's labels, which give no role either (gateway/callers.ts):
+ * refused all the same, as the rule says.
+ */
+function noRoleLabels (call: Call, pointer: readonly string[]): void {
+  const labels = bodyAt(call, ...pointer)
+  if (labels === null || typeof labels !== 'object') return
+  const set = Object.keys(labels).filter((k) => /^io\.portcullis\.roles?$/i.test(k))
+  if (set.length > 0) throw refuse('role-labels', `labels that give a container roles are set by an admin only (${set.map((k) => JSON.stringify(k)).join(', ')})`)
+}
+
 /** Stamp the owner labels at `pointer` (a labels map) in the body: the caller cannot set or override them. */
 function stamp (call: Call, pointer: readonly string[]): void {
   call.setBody([...pointer, TENANT_LABEL], call.tenant)
@@ -402,6 +417,7 @@ const containerCreate: Handler = async (call) => {
   // structs (which the schema lists) and three fields of its own, harmless; it ignores the
   // rest, so the rest is not sent (docs/podman.md, "forward only what was judged").
   if (await call.r.engine() === 'podman') call.knownFieldsOnly(COMPAT_CREATE, PODMAN_COMPAT_FIELDS)
+  noRoleLabels(call, ['Labels'])
   stamp(call, ['Labels'])
   // The created container counts from its answer on, whether or not the engine's create
   // event has reached the gateway yet (the reservation ends once the answer is out).
@@ -745,6 +761,8 @@ const imageBuild: Handler = async (call) => {
   if (raw) {
     try { labels = JSON.parse(raw) } catch { throw new GatewayError('BODY_INVALID', 'invalid labels parameter: not a JSON object') }
     if (labels === null || typeof labels !== 'object' || Array.isArray(labels)) throw new GatewayError('BODY_INVALID', 'invalid labels parameter: not a JSON object')
+    const roleKeys = Object.keys(labels).filter((k) => /^io\.portcullis\.roles?$/i.test(k))
+    if (roleKeys.length > 0) throw refuse('role-labels', `labels that give a container roles are set by an admin only (${roleKeys.map((k) => JSON.stringify(k)).join(', ')})`)
   }
   call.setQuery('labels', JSON.stringify({ ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }))
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
@@ -823,6 +841,7 @@ const imageCommit: Handler = async (call) => {
   call.setQuery('container', id)
   const repo = call.query.get('repo')
   if (repo) mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'committed image')
+  noRoleLabels(call, ['Labels'])
   stamp(call, ['Labels'])
   // The committed image's triggers: the changes', the body's (a container config), and the container's own.
   const container = await call.r.get(`/containers/${encodeURIComponent(id)}/json`)
@@ -1109,6 +1128,7 @@ const serviceCreate: Handler = async (call) => {
   await nameFree(call, 'service', str(bodyAt(call, 'Name')))
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)))
+  noRoleLabels(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
   stamp(call, ['Labels'])
   stamp(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
 }
@@ -1119,6 +1139,7 @@ const serviceUpdate: Handler = async (call) => {
   call.setParam('id', id)
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)), { service: id })
+  noRoleLabels(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
   stamp(call, ['Labels'])
   stamp(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
 }
