@@ -170,19 +170,37 @@ export function followsLinks (p: string, mountinfo = '/proc/self/mountinfo'): bo
     return true
   }
   let best = ''
-  let options: string[] = []
+  let options: readonly string[] = []
+  for (const m of mountTable(text)) {
+    const under = m.point === '/' || p === m.point || p.startsWith(`${m.point}/`)
+    if (under && m.point.length >= best.length) {
+      best = m.point
+      options = m.options
+    }
+  }
+  return best === '' || !options.includes('nosymfollow')
+}
+
+/**
+ * The mount points and options of a mountinfo text, parsed once per distinct text: the
+ * table is read anew for every judgement (mounts change), but splitting a host's
+ * hundreds of lines again when nothing changed was most of a create's policy time.
+ */
+let parsedText = ''
+let parsedTable: ReadonlyArray<{ point: string, options: readonly string[] }> = []
+function mountTable (text: string): ReadonlyArray<{ point: string, options: readonly string[] }> {
+  if (text === parsedText) return parsedTable
+  const table: Array<{ point: string, options: readonly string[] }> = []
   for (const line of text.split('\n')) {
     const fields = line.split(' ')
     if (fields.length < 6) continue
     // mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
     const point = fields[4].replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))
-    const under = point === '/' || p === point || p.startsWith(`${point}/`)
-    if (under && point.length >= best.length) {
-      best = point
-      options = fields[5].split(',')
-    }
+    table.push({ point, options: fields[5].split(',') })
   }
-  return best === '' || !options.includes('nosymfollow')
+  parsedText = text
+  parsedTable = table
+  return table
 }
 
 /** Linux's limit on symlinks followed in one path walk (MAXSYMLINKS); past it the walk fails with ELOOP. */

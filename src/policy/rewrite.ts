@@ -101,12 +101,15 @@ function isZero (v: unknown): boolean {
 }
 
 /** Apply one step to `root` copy-on-write along the path; returns the new root and the patch, or null if nothing changed. */
-function applyStep (root: unknown, step: Step, value: unknown): { root: unknown, patch: PatchOp } | null {
-  const base: Obj = isObj(root) ? { ...root } : {}
+function applyStep (root: unknown, step: Step, value: unknown, fresh?: Set<unknown>): { root: unknown, patch: PatchOp } | null {
+  // `fresh`: the copies this rule's earlier steps made, which no one else holds and
+  // which are changed in place rather than copied again (a whole create body per step).
+  const own = (o: Obj): Obj => { fresh?.add(o); return o }
+  const base: Obj = fresh?.has(root) ? root as Obj : own(isObj(root) ? { ...root } : {})
   let parent = base
   for (const t of step.tokens.slice(0, -1)) {
     const child = parent[t]
-    const copy: Obj = Array.isArray(child) ? ([...child] as unknown as Obj) : isObj(child) ? { ...child } : {}
+    const copy: Obj = fresh?.has(child) ? child as Obj : own(Array.isArray(child) ? ([...child] as unknown as Obj) : isObj(child) ? { ...child } : {})
     parent[t] = copy
     parent = copy
   }
@@ -147,8 +150,9 @@ export function applyRewrites (rules: readonly RewriteRule[], op: string, princi
   for (const rule of rules) {
     if (!rule.operations.has(op) || !rule.roles.some(has) || rule.except.some(has)) continue
     const patch: PatchOp[] = []
+    const fresh = new Set<unknown>()
     for (const step of rule.steps) {
-      const r = applyStep(current, step, fill(step.value, who))
+      const r = applyStep(current, step, fill(step.value, who), fresh)
       if (r) { current = r.root; patch.push(r.patch) }
     }
     if (patch.length) applied.push({ id: rule.id, patch })
