@@ -163,49 +163,43 @@ export function cleanHostPath (p: string): string {
  * when the table cannot be read: a mount the gateway cannot see is not proven.
  */
 export function followsLinks (p: string, mountinfo = '/proc/self/mountinfo'): boolean {
-  const table = mountTable(mountinfo)
-  if (table === null) return true
+  let text: string
+  try {
+    text = fs.readFileSync(mountinfo, 'utf8')
+  } catch {
+    return true
+  }
   let best = ''
-  let nosymfollow = false
-  for (const [point, noFollow] of table) {
-    const under = point === '/' || p === point || p.startsWith(`${point}/`)
-    if (under && point.length >= best.length) {
-      best = point
-      nosymfollow = noFollow
+  let options: readonly string[] = []
+  for (const m of mountTable(text)) {
+    const under = m.point === '/' || p === m.point || p.startsWith(`${m.point}/`)
+    if (under && m.point.length >= best.length) {
+      best = m.point
+      options = m.options
     }
   }
-  return best === '' || !nosymfollow
+  return best === '' || !options.includes('nosymfollow')
 }
 
 /**
- * How long a read of the mount table is reused (ms). Reading /proc/self/mountinfo was a
- * quarter of a create's policy decision (bench, policy group); the table changes only
- * when the host's operator mounts or remounts (a tenant's containers mount in the
- * engine's namespaces, and no tenant can remount here), so such a change takes effect
- * at most this long after it is made.
+ * The mount points and options of a mountinfo text, parsed once per distinct text: the
+ * table is read anew for every judgement (mounts change), but splitting a host's
+ * hundreds of lines again when nothing changed was most of a create's policy time.
  */
-export const MOUNT_TABLE_TTL_MS = 1000
-
-let mountCache: { file: string, at: number, table: Array<[string, boolean]> | null } | null = null
-
-/** Mount points (unescaped) and whether each has `nosymfollow`, in mountinfo order; null when unreadable. */
-function mountTable (mountinfo: string): Array<[string, boolean]> | null {
-  const now = performance.now()
-  if (mountCache !== null && mountCache.file === mountinfo && now - mountCache.at < MOUNT_TABLE_TTL_MS) return mountCache.table
-  let table: Array<[string, boolean]> | null = null
-  try {
-    table = []
-    for (const line of fs.readFileSync(mountinfo, 'utf8').split('\n')) {
-      const fields = line.split(' ')
-      if (fields.length < 6) continue
-      // mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
-      const point = fields[4].replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))
-      table.push([point, fields[5].split(',').includes('nosymfollow')])
-    }
-  } catch {
-    table = null
+let parsedText = ''
+let parsedTable: ReadonlyArray<{ point: string, options: readonly string[] }> = []
+function mountTable (text: string): ReadonlyArray<{ point: string, options: readonly string[] }> {
+  if (text === parsedText) return parsedTable
+  const table: Array<{ point: string, options: readonly string[] }> = []
+  for (const line of text.split('\n')) {
+    const fields = line.split(' ')
+    if (fields.length < 6) continue
+    // mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
+    const point = fields[4].replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))
+    table.push({ point, options: fields[5].split(',') })
   }
-  mountCache = { file: mountinfo, at: now, table }
+  parsedText = text
+  parsedTable = table
   return table
 }
 

@@ -1,0 +1,74 @@
+/**
+ * What issue 21's policy speed-ups must keep exact: the mount table behind the
+ * `linkFollowingHostPaths` fact is judged from the table as it is now (a parsed copy
+ * is reused only for the same text), and the rewrites, which now change their own
+ * copies in place within a rule, never touch the body they were given.
+ */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import t from 'tap'
+import { followsLinks } from '../src/policy/fields'
+import { applyRewrites, compileRewrites } from '../src/policy/rewrite'
+
+const REPO = path.resolve(__dirname, '..', '..')
+
+function line (id: number, point: string, options: string): string {
+  return `${id} 1 8:1 / ${point} ${options} shared:1 - ext4 /dev/sda1 rw`
+}
+
+t.test('followsLinks reads the mount table anew: a changed table changes the answer', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcx-mounts-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  const file = path.join(dir, 'mountinfo')
+  const guarded = [line(1, '/', 'rw,relatime'), line(2, '/srv/binds', 'rw,nosymfollow')].join('\n') + '\n'
+  const open = [line(1, '/', 'rw,relatime'), line(2, '/srv/binds', 'rw,relatime')].join('\n') + '\n'
+  fs.writeFileSync(file, guarded)
+  t.equal(followsLinks('/srv/binds/team-a/data', file), false, 'nosymfollow mount: links are not followed')
+  t.equal(followsLinks('/srv/other', file), true, 'outside it they are')
+  fs.writeFileSync(file, open)
+  t.equal(followsLinks('/srv/binds/team-a/data', file), true, 'the same path once the option is gone')
+  // A mount stacked on top (listed later, same point) decides.
+  fs.writeFileSync(file, open + line(3, '/srv/binds', 'rw,nosymfollow') + '\n')
+  t.equal(followsLinks('/srv/binds/team-a/data', file), false, 'a later mount on the same point decides')
+  // Escaped mount points (\040 for a space) are decoded.
+  fs.writeFileSync(file, [line(1, '/', 'rw'), line(2, '/srv/my\\040binds', 'rw,nosymfollow')].join('\n') + '\n')
+  t.equal(followsLinks('/srv/my binds/x', file), false, 'decoded mount point')
+  fs.rmSync(file)
+  t.equal(followsLinks('/srv/my binds/x', file), true, 'an unreadable table proves nothing')
+})
+
+function deepFreeze<T> (v: T): T {
+  if (v !== null && typeof v === 'object') {
+    for (const x of Object.values(v)) deepFreeze(x)
+    Object.freeze(v)
+  }
+  return v
+}
+
+t.test('rewrites apply every step and never change the body they were given', async (t) => {
+  const problems: string[] = []
+  const rules = compileRewrites(path.join(REPO, 'policies', 'rewrites.yaml'), 'rewrites.yaml', problems)
+  t.same(problems, [])
+  const given = { Image: 'alpine', HostConfig: { Binds: ['/srv/x:/x'], SecurityOpt: ['label=disable'], Memory: 0 } }
+  const body = deepFreeze(structuredClone(given))
+  const who = { subject: 'alice', tenant: 'team-a' }
+  const first = applyRewrites(rules, 'ContainerCreate', ['user:alice', 'tenant'], who, body)
+  t.same(body, given, 'the given body is unchanged (frozen: a write would have thrown)')
+  const hc = (first.body as { HostConfig: Record<string, unknown> }).HostConfig
+  t.same(hc.SecurityOpt, ['label=disable', 'no-new-privileges'], 'append')
+  t.equal(hc.Memory, 1073741824, 'a zero value is defaulted')
+  t.equal(hc.PidsLimit, 1024)
+  t.same(hc.LogConfig, { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } }, 'a defaulted object, then its field')
+  t.same(hc.Binds, ['/srv/x:/x'], 'other fields kept')
+  const patch = first.applied.find((a) => a.id === 'tenant-safe-defaults')?.patch ?? []
+  t.same(patch.map((p) => p.path), ['/HostConfig/Memory', '/HostConfig/PidsLimit', '/HostConfig/CgroupnsMode', '/HostConfig/ShmSize', '/HostConfig/LogConfig', '/HostConfig/SecurityOpt'], 'one patch per step that changed something')
+  const again = applyRewrites(rules, 'ContainerCreate', ['user:alice', 'tenant'], who, body)
+  t.same(again, first, 'the same answer for the same body')
+  t.not(again.body, first.body, 'a new body each time')
+  // A later rule's steps start from the earlier rule's result, which that rule's own
+  // copies became: the first result must not change when the second call rewrites.
+  const snapshot = structuredClone(first.body)
+  applyRewrites(rules, 'ContainerCreate', ['user:alice', 'tenant'], who, first.body)
+  t.same(first.body, snapshot, 'a body the rewrites returned is not changed by rewriting it again')
+})
