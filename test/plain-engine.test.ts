@@ -70,7 +70,7 @@ t.test('swarm commands answer through the gateway as the engine answers them', a
     { args: ['secret', 'ls'] }, { args: ['secret', 'inspect', 'anything'] }, { args: ['secret', 'create', `${P}-secret`, data] },
     { args: ['config', 'ls'] }, { args: ['config', 'inspect', 'anything'] }, { args: ['config', 'rm', 'anything'] },
     { args: ['node', 'ls'] }, { args: ['node', 'inspect', 'self'] },
-    { args: ['swarm', 'unlock-key'], tenantDenied: 'SwarmUnlockkey denied by policy' },
+    { args: ['swarm', 'unlock-key'] },
   ]
   for (const { args, tenantDenied } of cases) {
     const [engineSays, tenantGets, adminGets] = await Promise.all([

@@ -65,7 +65,14 @@ export async function readCapped (req: IncomingMessage, limits: BodyLimits | num
 export async function readUpgradeBody (req: IncomingMessage, socket: Duplex, head: Buffer, limits: BodyLimits | number): Promise<{ body: Buffer, rest: Buffer }> {
   const { limit, tooLarge: over = tooLarge, take } = typeof limits === 'number' ? { limit: limits } : limits
   if (req.headers['transfer-encoding'] !== undefined) {
-    throw new GatewayError('BODY_INVALID', 'a chunked body cannot precede a connection upgrade')
+    // BuildKit clients (docker-py's and dockerode's suites, the 20.10 CLI over some
+    // transports) open `POST /session` with an empty chunked body, which the engine
+    // reads and upgrades. Only that empty body is taken (its last chunk, no trailers):
+    // the engine is sent the gateway's reading of it, no body at all (Content-Length 0).
+    if (String(req.headers['transfer-encoding']).trim().toLowerCase() !== 'chunked') {
+      throw new GatewayError('BODY_INVALID', 'a chunked body cannot precede a connection upgrade')
+    }
+    return { body: EMPTY, rest: await emptyChunkedBody(socket, head) }
   }
   const length = Number(req.headers['content-length'] ?? 0)
   if (!Number.isSafeInteger(length) || length < 0) throw new GatewayError('BODY_INVALID', 'invalid Content-Length')
@@ -148,4 +155,37 @@ function jsonRecord (bytes: Buffer): { bytes: Buffer, line: string, value: unkno
   let value: unknown
   try { value = JSON.parse(text) } catch { value = undefined }
   return { bytes: Buffer.from(bytes), line, value }
+}
+
+/** The last chunk of an empty chunked body, `0[;ext]\r\n\r\n`: what follows it is returned (already stream data). */
+const EMPTY_CHUNKED = /^0+(?:;[^\r\n]*)?\r\n\r\n/
+async function emptyChunkedBody (socket: Duplex, head: Buffer): Promise<Buffer> {
+  const refused = (): GatewayError => new GatewayError('BODY_INVALID', 'a chunked body cannot precede a connection upgrade, unless it is empty')
+  const settle = (data: Buffer): Buffer | null | undefined => {
+    const m = EMPTY_CHUNKED.exec(data.toString('latin1'))
+    if (m) return Buffer.from(data.subarray(m[0].length))
+    // Undecided while the data could still become an empty last chunk (a short line).
+    return data.length < 256 && !data.includes('\r\n\r\n') ? null : undefined
+  }
+  const now = settle(head)
+  if (now !== null) { if (now === undefined) throw refused(); return now }
+  return await new Promise((resolve, reject) => {
+    let have = head
+    const done = (err?: Error, rest?: Buffer): void => {
+      socket.off('data', onData); socket.off('end', onEnd); socket.off('error', done)
+      socket.pause()
+      if (err) reject(err); else resolve(rest ?? EMPTY)
+    }
+    const onData = (chunk: Buffer): void => {
+      have = Buffer.concat([have, chunk])
+      const r = settle(have)
+      if (r === undefined) done(refused())
+      else if (r !== null) done(undefined, r)
+    }
+    const onEnd = (): void => done(new GatewayError('BODY_INVALID', 'request body ended before its last chunk'))
+    socket.on('data', onData)
+    socket.once('end', onEnd)
+    socket.once('error', done)
+    socket.resume()
+  })
 }

@@ -70,8 +70,17 @@ export function scopeArchive (scope: ArchiveScope): BodyFilter {
   return (source) => rewrite(source, scope)
 }
 
+/**
+ * Something that is not a readable archive. The engine answers a load it cannot read
+ * with `200` and its streamed error record (moby postImagesLoad writes
+ * `streamformatter.FormatError` into the JSON stream it has begun, quiet or not), and
+ * clients read it there (docker-py raises ImageLoadError from the stream, the CLI prints
+ * it): the gateway's refusal takes the same form, with its own reason.
+ */
 function invalid (message: string): GatewayError {
-  return new GatewayError('BODY_INVALID', `invalid image archive: ${message}`)
+  const text = `invalid image archive: ${message}`
+  const body = JSON.stringify({ errorDetail: { message: text }, error: text }) + '\r\n'
+  return new GatewayError('BODY_INVALID', text, { answer: { status: 200, body } })
 }
 
 function unsupported (message: string): TenancyRefusal {

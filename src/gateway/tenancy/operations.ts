@@ -656,7 +656,10 @@ const imagePull: Handler = async (call) => {
   }
   const src = call.query.get('fromSrc') ?? ''
   if (src !== '-') throw refuse('image-import-url', 'importing an image from a URL makes the engine fetch it: not available to tenants (send the archive in the body: fromSrc=-)')
-  mustBeInNamespace(call, `${call.query.get('repo') ?? ''}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
+  // Without `repo` the engine ignores `tag` and stores the image untagged (moby
+  // ImportImage): no name to judge; the owner labels below make it the tenant's.
+  const repo = call.query.get('repo') ?? ''
+  if (repo !== '') mustBeInNamespace(call, `${repo}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
   await judgeTriggers(call.query.getAll('changes').join('\n'), [], async (ref) => await buildImage(call, ref))
   // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
   stampChanges(call)
@@ -1167,6 +1170,39 @@ const swarmInspect: Handler = async (call) => {
   call.respond = { kind: 'json', transform: withoutJoinTokens }
 }
 
+/**
+ * A tenant's swarm leave, unlock or unlock-key request: refused on a swarm
+ * manager (`swarm-read-only`). An engine that is not a manager answers each of them with
+ * an error and changes nothing, and docker-py's `leave_swarm(force=True)` counts on that
+ * answer: the tenant gets it, read from the engine without sending it the change, so a
+ * swarm initialised a moment later never receives a tenant's leave. Unlock and the
+ * unlock key answer what `GET /swarm` answers there (moby `lockedManagerAction` and
+ * `UnlockSwarm` return the same `errNoManager`); Podman's
+ * `404` to the whole swarm API likewise. Leave, on an engine in no swarm at all, answers
+ * moby's `errNoSwarm` (daemon/cluster/errors.go), which no read-only request returns.
+ */
+function swarmChange (leave: boolean): Handler {
+  return async (call) => {
+    const swarm = await call.r.probe('/swarm')
+    const notManager = swarm.status === 503 && /^This node is not a swarm manager\./.test(String(swarm.body?.message))
+    if (swarm.status === 404) {
+      call.answer = { status: swarm.status, body: swarm.body }
+      return
+    }
+    if (leave && notManager) {
+      const info = await call.r.probe('/info')
+      if (info.status === 200 && info.body?.Swarm?.LocalNodeState === 'inactive') {
+        call.answer = { status: 503, body: { message: 'This node is not part of a swarm' } }
+        return
+      }
+    } else if (notManager) {
+      call.answer = { status: swarm.status, body: swarm.body }
+      return
+    }
+    throw refuse('swarm-read-only', 'the swarm is read-only for tenants')
+  }
+}
+
 // ---------------------------------------------------------------------------------
 // System
 
@@ -1366,10 +1402,10 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SwarmInspect: swarmInspect,
   SwarmInit: denied('swarm-read-only', 'the swarm is read-only for tenants'),
   SwarmJoin: denied('swarm-read-only', 'the swarm is read-only for tenants'),
-  SwarmLeave: denied('swarm-read-only', 'the swarm is read-only for tenants'),
+  SwarmLeave: swarmChange(true),
   SwarmUpdate: denied('swarm-read-only', 'the swarm is read-only for tenants'),
-  SwarmUnlockkey: denied('swarm-read-only', 'the unlock key is the administrator\'s'),
-  SwarmUnlock: denied('swarm-read-only', 'the swarm is read-only for tenants'),
+  SwarmUnlockkey: swarmChange(false),
+  SwarmUnlock: swarmChange(false),
   ServiceList: labelFiltered(keepOwn((s) => s?.Spec?.Labels)),
   ServiceCreate: serviceCreate,
   ServiceInspect: owned('service'),
