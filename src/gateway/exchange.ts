@@ -13,6 +13,12 @@ export type ResponseFilter =
   | { readonly kind: 'json', transform (body: any): Promise<unknown> | unknown }
   /** A stream of JSON lines (events): each kept or dropped, in order. */
   | { readonly kind: 'lines', keep (event: any): Promise<boolean> }
+  /**
+   * An answer passed on as the engine gave it, once `then` has done what the engine's
+   * success calls for (a `rm -v` removes the container's anonymous volumes the gateway
+   * made): the client hears of the success after it.
+   */
+  | { readonly kind: 'after', then (): Promise<void> }
 
 /**
  * A streamed request body rewritten on its way to the engine (an image archive): the

@@ -28,6 +28,7 @@ import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './
 import { libpodHandlers } from './libpod'
 import { registryAuthHeader, registryConfigHeader } from './registry-auth'
 import { scopeUser } from './users'
+import { anonymousOf, anonymousVolumes, createAnonymous, removeAnonymous } from './anonymous'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
@@ -173,7 +174,7 @@ const CONTAINER_REF_MODES = ['NetworkMode', 'PidMode', 'IpcMode', 'UTSMode', 'Us
  * that a name or prefix that changes hands (or is renamed away) before the engine reads
  * it cannot make the engine pick another object.
  */
-async function containerReferences (call: Call, hc: any, networking: any, image: unknown): Promise<{ newVolumes: string[] }> {
+async function containerReferences (call: Call, hc: any, networking: any, image: unknown): Promise<{ newVolumes: string[], imageId?: string }> {
   for (const [i, v] of list(hc?.VolumesFrom).entries()) {
     const [ref, ...mode] = str(v).split(':')
     const id = await own(call, 'container', ref, 'body')
@@ -223,8 +224,8 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
     if (await call.r.volumeExists(name)) throw nameTaken('volume', name, call.tenant)
     newVolumes.push(name)
   }
-  if (typeof image === 'string' && image) await visibleImage(call, image)
-  return { newVolumes }
+  const imageId = typeof image === 'string' && image ? (await visibleImage(call, image)).id : undefined
+  return { newVolumes, ...(imageId !== undefined ? { imageId } : {}) }
 }
 
 /** A link `name[:alias]` to one of the tenant's containers, naming it by full id (the alias kept: `name` when none was given). */
@@ -273,12 +274,15 @@ const containerCreate: Handler = async (call) => {
   await scopeUser(call, ['User'], ['HostConfig', 'GroupAdd'], 'User')
   const hc = bodyAt(call, 'HostConfig')
   // Reads only, each its own engine round trip: run together.
-  const [, { newVolumes }, admitted] = await inOrder([
+  const [, { newVolumes, imageId }, admitted] = await inOrder([
     nameFree(call, 'container', name),
     containerReferences(call, hc, bodyAt(call, 'NetworkingConfig'), bodyAt(call, 'Image')),
     checkQuota(call, { containers: 1, memory: memoryOf(hc), nanoCpus: cpuOf(hc) }),
   ] as const)
-  await checkVolumeQuota(call, newVolumes.length)
+  // The volumes the engine would make without a name are made by the gateway, owned and
+  // counted (anonymous.ts). Podman's compat create is not rewritten (docs/tenancy.md).
+  const anonymous = await call.r.engine() === 'docker' ? (await anonymousVolumes(call, imageId)).volumes : []
+  await checkVolumeQuota(call, newVolumes.length + anonymous.length)
   await podmanSystemdMode(call, hc)
   // What Podman reads of a Docker-compatible create is its CreateContainerConfig: Docker's
   // structs (which the schema lists) and three fields of its own, harmless; it ignores the
@@ -304,6 +308,7 @@ const containerCreate: Handler = async (call) => {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
     if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
   }
+  await createAnonymous(call, anonymous)
 }
 
 const COMPAT_CREATE = bodySchemas.get('ContainerCreate') as BodyNode
@@ -405,7 +410,16 @@ const GO_SPACE_EDGES = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029
 const containerDelete: Handler = async (call) => {
   const ref = call.params.id
   const slash = ref.lastIndexOf('/')
-  if (slash < 0 || !goBool(call.query.get('link'))) return await owned('container')(call)
+  if (slash < 0 || !goBool(call.query.get('link'))) {
+    await owned('container')(call)
+    // `rm -v`: the engine removes only the volumes mounted without a name; the ones the
+    // gateway made in their place go once the engine has removed the container.
+    if (goBool(call.query.get('v'))) {
+      const names = await anonymousOf(call, call.params.id)
+      if (names.length > 0) call.respond = { kind: 'after', then: async () => { await removeAnonymous(call, names) } }
+    }
+    return
+  }
   const parent = await call.r.containerByName(ref.slice(0, slash), call.tenant)
   if (parent.state !== 'own') throw missing('container', ref, call.op.id)
   call.setQuery('link', '1')
