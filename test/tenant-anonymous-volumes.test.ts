@@ -156,8 +156,8 @@ t.test('--rm: the daemon removes the container, the gateway its anonymous volume
 
 t.test('a create the engine refuses leaves no volume', async (t) => {
   const before = await allVolumes()
-  // Two anonymous volumes on one destination: the engine answers "Duplicate mount point".
-  const c = await cli('a', 'create', '--name', name(), '-v', '/dup', '--mount', 'type=volume,dst=/dup', IMAGE, 'true')
+  // Two anonymous volume mounts on one destination: the engine answers "Duplicate mount point".
+  const c = await cli('a', 'create', '--name', name(), '--mount', 'type=volume,dst=/dup', '--mount', 'type=volume,dst=/dup', IMAGE, 'true')
   t.not(c.code, 0, 'the engine refused it')
   t.match(c.err, /[Dd]uplicate mount point/)
   t.ok(await settle(async () => (await allVolumes()).filter((v) => !before.includes(v)).length === 0), 'no volume left behind')
