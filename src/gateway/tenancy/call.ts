@@ -51,6 +51,8 @@ export class Call {
   answer?: LocalAnswer
   /** The full id of a container whose bind sources the engine walks again for this request (policy/fields.ts REMOUNTING_OPS). */
   remounts?: string
+  /** The API version the request names in its path (`/v1.41/...`), if any: the engine reads the body as that version. */
+  apiVersion?: string
 
   constructor (
     readonly op: Operation,

@@ -86,6 +86,7 @@ export class Tenancy {
       return refused(refuse('tenant-required', `${op.id} refused: subject ${identity.subject} has no tenant, and only admins act outside one`))
     }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth, this.quotaStore)
+    if (target.apiVersion) call.apiVersion = target.apiVersion
     try {
       await handler(call)
     } catch (err) {

@@ -939,8 +939,41 @@ const containerExec: Handler = async (call) => {
   await scopeUser(call, ['User'], null, 'exec User', async () => str((await call.r.get(`/containers/${call.params.id}/json`)).body?.Config?.User))
 }
 
+/** The first API version whose ContainerSpec.Privileges has NoNewPrivileges (moby #46386, with Seccomp and AppArmor). */
+const SERVICE_NNP_API = '1.44'
+
+function apiAtLeast (v: string, min: string): boolean {
+  const [a, b] = v.split('.').map(Number)
+  const [c, d] = min.split('.').map(Number)
+  return a > c || (a === c && b >= d)
+}
+
+/**
+ * A tenant's containers always get no-new-privileges (rewrites.yaml); a service's tasks
+ * get it only from `ContainerSpec.Privileges.NoNewPrivileges`, which the engine reads from
+ * API 1.44 on (older request versions have it dropped: adjustForAPIVersion). There it is
+ * required (set when absent); below, the service is refused unless tenancy.yaml
+ * `services.withoutNoNewPrivileges` allows it.
+ */
+async function serviceNoNewPrivileges (call: Call): Promise<void> {
+  const engineApi = str((await call.r.get('/version')).body?.ApiVersion)
+  const api = call.apiVersion !== undefined && /^\d+\.\d+$/.test(call.apiVersion) && /^\d+\.\d+$/.test(engineApi) && !apiAtLeast(call.apiVersion, engineApi) ? call.apiVersion : engineApi
+  const at = ['TaskTemplate', 'ContainerSpec', 'Privileges', 'NoNewPrivileges']
+  if (/^\d+\.\d+$/.test(api) && apiAtLeast(api, SERVICE_NNP_API)) {
+    const given = bodyAt(call, ...at)
+    if (given !== undefined && given !== null && given !== true) {
+      throw refuse('service-no-new-privileges', `${call.op.id}: ContainerSpec.Privileges.NoNewPrivileges ${JSON.stringify(given)} lets the service's tasks gain privileges: tenants' tasks run with no-new-privileges, as their containers do`)
+    }
+    call.setBody(at, true)
+    return
+  }
+  if (call.settings.services?.withoutNoNewPrivileges === true) return
+  throw refuse('service-no-new-privileges', `${call.op.id} refused for tenant ${call.tenant}: API ${api || 'unknown'} has no ContainerSpec.Privileges.NoNewPrivileges (it needs ${SERVICE_NNP_API}), so the service's tasks would run without no-new-privileges; tenancy.yaml services.withoutNoNewPrivileges allows it anyway`)
+}
+
 const serviceCreate: Handler = async (call) => {
   await serviceIdentity(call)
+  await serviceNoNewPrivileges(call)
   await nameFree(call, 'service', str(bodyAt(call, 'Name')))
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)))
@@ -952,6 +985,7 @@ const serviceUpdate: Handler = async (call) => {
   await serviceIdentity(call)
   const id = await own(call, 'service', call.params.id)
   call.setParam('id', id)
+  await serviceNoNewPrivileges(call)
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)), { service: id })
   stamp(call, ['Labels'])
