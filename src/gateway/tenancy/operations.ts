@@ -973,10 +973,10 @@ async function serviceNoNewPrivileges (call: Call): Promise<void> {
 
 const serviceCreate: Handler = async (call) => {
   await serviceIdentity(call)
-  await serviceNoNewPrivileges(call)
   await nameFree(call, 'service', str(bodyAt(call, 'Name')))
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)))
+  await serviceNoNewPrivileges(call)
   stamp(call, ['Labels'])
   stamp(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
 }
@@ -985,9 +985,9 @@ const serviceUpdate: Handler = async (call) => {
   await serviceIdentity(call)
   const id = await own(call, 'service', call.params.id)
   call.setParam('id', id)
-  await serviceNoNewPrivileges(call)
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)), { service: id })
+  await serviceNoNewPrivileges(call)
   stamp(call, ['Labels'])
   stamp(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
 }
