@@ -31,7 +31,7 @@ import path from 'node:path'
 import { gzipSync } from 'node:zlib'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { CLI20, CLI28, dechunk, engine, run, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, dechunk, engine, policiesWith, run, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const PREFIX = uniqueName('pcat')
@@ -254,7 +254,8 @@ async function sweep (): Promise<void> {
 const madeDirs: string[] = []
 t.before(async () => {
   gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
-  sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`)
+  // Tenants' services on the API 1.41 swarm engine: allowed without no-new-privileges (tenancy.yaml services).
+  sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`, policiesWith(servicesWithoutNoNewPrivileges))
   for (const dir of ['/srv', '/srv/portcullis', TENANT_DIR, HOST_DIR]) {
     if (!fs.existsSync(dir)) { fs.mkdirSync(dir); madeDirs.push(dir) }
   }

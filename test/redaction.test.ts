@@ -12,7 +12,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
-import { CLI20, CLI28, engine, policiesWith, type RawReply, request, run, startTestGateway, swarmEngine, type TestGateway, tokensFor } from './helpers/gateway'
+import { CLI20, CLI28, engine, policiesWith, type RawReply, request, run, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, type TestGateway, tokensFor } from './helpers/gateway'
 import { compileTenancy, DEFAULT_TENANCY } from '../src/policy/tenancy'
 import { ENV_ANSWERS, withEnvRedaction } from '../src/gateway/redact'
 import { resolveTarget } from '../src/api/catalog/route'
@@ -253,7 +253,8 @@ t.test('Podman\'s own inspect (/libpod/containers/{id}/json) is filtered like Do
 })
 
 t.test('swarm: service inspect and list (Spec and PreviousSpec), task list and inspect', async (t) => {
-  const sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`)
+  // Tenants' services on the API 1.41 swarm engine: allowed without no-new-privileges (tenancy.yaml services).
+  const sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`, policiesWith(servicesWithoutNoNewPrivileges))
   const sdirect = async (method: string, target: string, body?: object): Promise<RawReply> => await request(swarmEngine().socket, method, target, body)
   const name = `redact-${RUN}-svc`
   let serviceId = ''

@@ -10,14 +10,15 @@
 import { randomBytes } from 'node:crypto'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { startTestGateway, swarmEngine, type TestGateway, policiesWithQuota, request, type RawReply } from './helpers/gateway'
+import { startTestGateway, swarmEngine, type TestGateway, policiesWithQuota, request, servicesWithoutNoNewPrivileges, type RawReply } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
 const TENANT = `svc-${RUN}`
 const IMAGE = swarmEngine().image
 const TOKEN = jwt.sign({ sub: 'sam', tenant: TENANT, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
-const policyDir = policiesWithQuota(TENANT, '{ containers: 2, memory: 4GiB }')
+// (and tenants' services on the API 1.41 swarm engine allowed without no-new-privileges)
+const policyDir = policiesWithQuota(TENANT, '{ containers: 2, memory: 4GiB }', servicesWithoutNoNewPrivileges)
 
 let gw: TestGateway
 const asT = async (method: string, target: string, body?: object): Promise<RawReply> => await request(gw.socket, method, target, body, { token: TOKEN })

@@ -22,7 +22,7 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { CLI28, engine, POLICIES, run, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI28, engine, POLICIES, run, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SYSTEM_PYTHON = '/usr/bin/python3'
 const COMPOSE = '/usr/bin/docker-compose'
@@ -552,7 +552,8 @@ t.test('quotas on a swarm manager: docker service scale and update refused namin
   const policyDir = path.join(tmp, 'policies-swarm')
   fs.cpSync(POLICIES, policyDir, { recursive: true })
   const tenancy = path.join(policyDir, 'tenancy.yaml')
-  fs.writeFileSync(tenancy, fs.readFileSync(tenancy, 'utf8').replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${TQ}: { containers: 2, memory: 3GiB, cpus: 1, volumes: 1 }`))
+  // (and tenants' services on the API 1.41 swarm engine allowed without no-new-privileges)
+  fs.writeFileSync(tenancy, servicesWithoutNoNewPrivileges(fs.readFileSync(tenancy, 'utf8').replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${TQ}: { containers: 2, memory: 3GiB, cpus: 1, volumes: 1 }`)))
   const sgw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`, policyDir)
   const direct = async (args: readonly string[]): Promise<RunResult> => await run(CLI28, args, { host: swarmEngine().dockerHost, timeoutMs: 120_000 })
   t.teardown(async () => {

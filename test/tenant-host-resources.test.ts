@@ -15,7 +15,7 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { CLI20, CLI28, engine, policiesWithQuota, request, run, startTestGateway, swarmEngine, tarOf, type RawReply, type TestGateway } from './helpers/gateway'
+import { CLI20, CLI28, engine, policiesWithQuota, request, run, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, tarOf, type RawReply, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
@@ -27,7 +27,8 @@ const GiB = 1024 ** 3
 const sign = (tenant: string): string => jwt.sign({ sub: 'hana', tenant, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 const TOKEN = sign(TENANT)
 const QTOKEN = sign(TQ)
-const policyDir = policiesWithQuota(TQ, '{ memory: 1GiB }')
+// (and tenants' services on the API 1.41 swarm engine allowed without no-new-privileges)
+const policyDir = policiesWithQuota(TQ, '{ memory: 1GiB }', servicesWithoutNoNewPrivileges)
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'hres-'))
 
 let gw: TestGateway

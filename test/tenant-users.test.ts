@@ -15,7 +15,7 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { CLI28, engine, policiesWith, request, run, startTestGateway, swarmEngine, type RawReply, type TestGateway } from './helpers/gateway'
+import { CLI28, engine, policiesWith, request, run, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, type RawReply, type TestGateway } from './helpers/gateway'
 import { compileTenancy, DEFAULT_TENANCY, rootGranted, userOf } from '../src/policy/tenancy'
 import { remapsUsers } from '../src/gateway/tenancy/lookup'
 import { REMAP_BASE, startEngine, stopEngine } from './engine/engine'
@@ -34,8 +34,9 @@ const UID = 10001
 const GID = 10002
 const sign = (tenant: string): string => jwt.sign({ sub: 'uma', tenant, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
 const TOKEN = sign(TENANT)
-const policyDir = policiesWith((text) => text.replace(/^users:\n {2}default: "65534:65534"\n {2}tenants: \{\}\n {2}root: \[\]\n/m,
-  `users:\n  default: "65534:65534"\n  tenants: { ${TENANT}: "${UID}:${GID}" }\n  root: [${ROOT}]\n`))
+// (and tenants' services on the API 1.41 swarm engine allowed without no-new-privileges)
+const policyDir = policiesWith((text) => servicesWithoutNoNewPrivileges(text.replace(/^users:\n {2}default: "65534:65534"\n {2}tenants: \{\}\n {2}root: \[\]\n/m,
+  `users:\n  default: "65534:65534"\n  tenants: { ${TENANT}: "${UID}:${GID}" }\n  root: [${ROOT}]\n`)))
 const IMAGE = engine().image
 
 let gw: TestGateway

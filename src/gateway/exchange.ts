@@ -17,6 +17,12 @@ export type ResponseFilter =
    * then goes out as the engine's exact bytes; else re-encoded with every number exact).
    */
   | { readonly kind: 'lines', keep (event: any): Promise<boolean>, view? (event: any): unknown }
+  /**
+   * An answer passed on as the engine gave it, once `then` has done what the engine's
+   * success calls for (a `rm -v` removes the container's anonymous volumes the gateway
+   * made): the client hears of the success after it.
+   */
+  | { readonly kind: 'after', then (): Promise<void> }
 
 /**
  * A streamed request body rewritten on its way to the engine (an image archive): the

@@ -271,6 +271,22 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
     res.end(out)
     return
   }
+  if (filter.kind === 'after') {
+    const chunks: Buffer[] = []
+    let size = 0
+    for await (const chunk of answer.body) {
+      size += (chunk as Buffer).length
+      if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to hold for a tenant`)
+      chunks.push(chunk as Buffer)
+    }
+    await filter.then()
+    const out = Buffer.concat(chunks)
+    ctx.bytesOut = out.length
+    finish()
+    res.writeHead(answer.statusCode, answer.statusCode === 204 ? headers : { ...headers, 'content-length': String(out.length) })
+    res.end(out)
+    return
+  }
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
   try {

@@ -67,7 +67,7 @@ function hostPort (host: string, port: number): string {
  * A small JSON request of the gateway's own to the engine (ownership lookups, counts):
  * status and parsed body. Throws the upstream error kinds when the engine cannot be reached.
  */
-export async function engineJson (upstream: Upstream, method: 'GET' | 'POST', path: string, body?: unknown, timeoutMs = 30_000): Promise<{ status: number, body: unknown }> {
+export async function engineJson (upstream: Upstream, method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown, timeoutMs = 30_000): Promise<{ status: number, body: unknown }> {
   let res
   try {
     res = await upstream.pool.request({

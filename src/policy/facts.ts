@@ -40,6 +40,8 @@ function strings (v: unknown): string[] {
  * given as written, it lies under no allowed prefix.
  */
 function bindSource (bind: string): string | null {
+  // Only a container path (no `:`): an anonymous volume there, to Docker (ParseMountRaw) and Podman alike.
+  if (!bind.includes(':')) return null
   const src = bind.split(':')[0]
   return src.startsWith('/') || src.startsWith('.') ? src : null
 }

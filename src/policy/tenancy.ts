@@ -14,6 +14,7 @@
  *     tenants: { team-a: { containers: 100 } }
  *   builds: { buildkit: false, memory: 2GiB }   # BuildKit sessions; each classic build step's memory limit (default and maximum)
  *   builds: { runAsRoot: users }      # never | users | always: who may run RUN steps as root (users: as `users` lets containers)
+ *   services: { withoutNoNewPrivileges: false }  # tenants' services on engines whose API cannot set no-new-privileges
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
@@ -86,6 +87,13 @@ export interface TenancySettings {
   }
   /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
   readonly redact: { readonly env: readonly EnvRedaction[] }
+  /**
+   * Tenants' swarm services. `withoutNoNewPrivileges`: allow them where the request's
+   * API (the engine's, or an older one the client names) has no
+   * `ContainerSpec.Privileges.NoNewPrivileges` (before 1.44): their tasks then run
+   * without no-new-privileges, which a tenant's containers always get. Absent: false.
+   */
+  readonly services?: { readonly withoutNoNewPrivileges: boolean }
   readonly users: UserSettings
   /** What some unscoped roles see of the containers (absent: everything). */
   readonly views?: readonly ContainerView[]
@@ -134,12 +142,13 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   infoHide: DEFAULT_INFO_HIDE,
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
   builds: Object.freeze({ buildkit: false, memory: 2 * 1024 ** 3, runAsRoot: 'users' as const }),
+  services: Object.freeze({ withoutNoNewPrivileges: false }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
   // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names', 'services']
 /** Linux ids are 32 bits; (uid_t)-1 (4294967295) means "no change" to the kernel and is not an id. */
 const MAX_ID = 4294967294
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
@@ -291,6 +300,14 @@ export function compileTenancy (file: string, name: string, problems: string[]):
     }
     builds = Object.freeze({ buildkit, memory, runAsRoot })
   }
+  let services = DEFAULT_TENANCY.services
+  if (m.services !== undefined) {
+    const sv = mapping(m.services, `${name}: services`, ['withoutNoNewPrivileges'], problems)
+    if (sv && sv.withoutNoNewPrivileges !== undefined) {
+      if (typeof sv.withoutNoNewPrivileges === 'boolean') services = Object.freeze({ withoutNoNewPrivileges: sv.withoutNoNewPrivileges })
+      else problems.push(`${name}: services.withoutNoNewPrivileges: expected true or false`)
+    }
+  }
   let redact = DEFAULT_TENANCY.redact
   if (m.redact !== undefined) {
     const r = mapping(m.redact, `${name}: redact`, ['env'], problems)
@@ -303,7 +320,7 @@ export function compileTenancy (file: string, name: string, problems: string[]):
     if (m.names === 'engine' || m.names === 'private') names = m.names
     else problems.push(`${name}: names: expected private (each tenant names containers, networks and volumes as on its own engine) or engine (one namespace for all), got ${JSON.stringify(m.names)}`)
   }
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact, users: userSettings, views: viewList, names })
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, services, redact, users: userSettings, views: viewList, names })
 }
 
 /** `views`: a list of `{ roles, containers: LABEL }`, for unscoped roles only (a tenant's view is its tenant). */

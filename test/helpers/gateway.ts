@@ -176,8 +176,8 @@ export function policiesWith (edit: (tenancyYaml: string) => string): string {
 }
 
 /** A copy of the shipped policies whose tenancy.yaml gives `tenant` the quota `quota` (YAML flow mapping). */
-export function policiesWithQuota (tenant: string, quota: string): string {
-  return policiesWith((text) => text.replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${tenant}: ${quota}`))
+export function policiesWithQuota (tenant: string, quota: string, more: (tenancyYaml: string) => string = (text) => text): string {
+  return policiesWith((text) => more(text.replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${tenant}: ${quota}`)))
 }
 
 /** A copy of the shipped policies that lets tenants build with BuildKit (tenancy.yaml builds.buildkit). */
@@ -226,4 +226,15 @@ export function tokensFor<W extends string> (claims: Record<W, object>, secret: 
     config[who] = cfg
   }
   return { token, config }
+}
+
+/**
+ * tenancy.yaml text with tenants' swarm services allowed where the engine's API cannot
+ * set no-new-privileges for their tasks (services.withoutNoNewPrivileges: the test
+ * engines are dockerd 20.10, API 1.41). For policiesWith.
+ */
+export function servicesWithoutNoNewPrivileges (text: string): string {
+  const out = text.replace(/^ {2}withoutNoNewPrivileges: false$/m, '  withoutNoNewPrivileges: true')
+  if (out === text) throw new Error('tenancy.yaml has no services.withoutNoNewPrivileges: false to switch')
+  return out
 }

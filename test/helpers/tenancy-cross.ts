@@ -25,7 +25,7 @@ import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
 import { operations, type Operation } from '../../src/api/catalog/operations'
 import { TEST_IMAGE, type EngineInfo } from '../engine/engine'
-import { dechunk, engine as plainEngine, POLICIES, startTestGateway, swarmEngine, tarOf, uniqueName, type TestGateway } from './gateway'
+import { dechunk, engine as plainEngine, POLICIES, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, tarOf, uniqueName, type TestGateway } from './gateway'
 
 // Run twice, by test/tenancy-cross (the plain engine, as most users run Docker) and
 // test/tenancy-cross-swarm (the swarm-mode engine, where services, tasks, secrets,
@@ -935,7 +935,8 @@ export function crossTenantSuite (role: 'plain' | 'swarm'): void {
     fs.cpSync(POLICIES, policies, { recursive: true })
     const tenancy = path.join(policies, 'tenancy.yaml')
     const shipped = fs.readFileSync(tenancy, 'utf8')
-    fs.writeFileSync(tenancy, shipped.replace('allowed: [docker.io]', 'allowed: [docker.io, "127.0.0.1:*"]'))
+    // Tenants' services on the API 1.41 swarm engine: allowed without no-new-privileges (tenancy.yaml services).
+    fs.writeFileSync(tenancy, servicesWithoutNoNewPrivileges(shipped.replace('allowed: [docker.io]', 'allowed: [docker.io, "127.0.0.1:*"]')))
     if (fs.readFileSync(tenancy, 'utf8') === shipped) throw new Error('the shipped tenancy.yaml has no `allowed: [docker.io]` line to extend')
     t.teardown(() => fs.rmSync(policies, { recursive: true, force: true }))
     gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\nrates: { roles: {}, others: null }\n`, `unix://${engine().socket}`, policies)

@@ -54,6 +54,8 @@ export class Call {
   remounts?: string
   /** The tenant's names and the engine's (names.ts): qualified only under `names: private`. */
   readonly names: Names
+  /** The API version the request names in its path (`/v1.41/...`), if any: the engine reads the body as that version. */
+  apiVersion?: string
 
   constructor (
     readonly op: Operation,

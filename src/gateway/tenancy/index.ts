@@ -97,6 +97,7 @@ export class Tenancy {
       }
     }
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth, this.quotaStore)
+    if (target.apiVersion) call.apiVersion = target.apiVersion
     try {
       await handler(call)
     } catch (err) {

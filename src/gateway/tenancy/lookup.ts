@@ -21,6 +21,13 @@ import { engineKindOf, PODMAN_DEFAULT_NETWORK, type EngineKind } from './podman'
 
 export const TENANT_LABEL = 'io.portcullis.tenant'
 export const SUBJECT_LABEL = 'io.portcullis.subject'
+/**
+ * Anonymous volumes: the gateway makes each as an owned volume, marked with this label
+ * (its value: a token of the create that made it); a `--rm` container carries the same
+ * token under AUTOREMOVE_LABEL, and its `destroy` event removes them (anonymous.ts).
+ */
+export const ANONYMOUS_LABEL = 'io.portcullis.anonymous-volume'
+export const AUTOREMOVE_LABEL = 'io.portcullis.autoremove-volumes'
 
 export type { ObjectKind } from './objects'
 
@@ -225,6 +232,7 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
           if (ev.Type === 'container' && (containerAction === 'create' || containerAction === 'destroy')) {
             const attributes = ev.Actor?.Attributes
             cache.containerEvent(containerAction, id, attributes !== null && typeof attributes === 'object' ? attributes as Record<string, unknown> : {})
+            if (containerAction === 'destroy' && attributes !== null && typeof attributes === 'object') removeAutoRemoved(upstream, attributes as Record<string, unknown>, log)
           }
         }
         cause = `the engine at ${upstream.url} closed the event stream`
@@ -260,6 +268,27 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
 }
 
 function enc (s: string): string { return encodeURIComponent(s) }
+
+/**
+ * The daemon removed a `--rm` container on its own, with the volumes it holds without a
+ * name; the gateway's anonymous volumes have names, so they are removed here: those marked
+ * with the container's token and owned by its tenant (every replica tries; a volume still
+ * in use elsewhere stays, as the engine leaves it).
+ */
+function removeAutoRemoved (upstream: Upstream, labels: Record<string, unknown>, log: Logger): void {
+  const token = labels[AUTOREMOVE_LABEL]
+  const tenant = labels[TENANT_LABEL]
+  if (typeof token !== 'string' || token === '' || typeof tenant !== 'string' || tenant === '') return
+  const filters = enc(JSON.stringify({ label: { [`${ANONYMOUS_LABEL}=${token}`]: true, [`${TENANT_LABEL}=${tenant}`]: true } }))
+  void (async () => {
+    const r = await engineJson(upstream, 'GET', `/volumes?filters=${filters}`)
+    for (const v of (r.body as { Volumes?: Array<{ Name?: unknown }> } | null)?.Volumes ?? []) {
+      if (typeof v.Name !== 'string') continue
+      const d = await engineJson(upstream, 'DELETE', `/volumes/${enc(v.Name)}`)
+      if (d.status >= 300 && d.status !== 404) log.warn({ tenant, volume: v.Name, status: d.status }, 'anonymous volume of a --rm container not removed')
+    }
+  })().catch((err: Error) => log.warn({ tenant, err: { message: err.message } }, 'anonymous volumes of a --rm container not removed'))
+}
 
 /**
  * Whether a volume could have this name. None has a `/` (the engine refuses them), and
@@ -553,6 +582,11 @@ export class Resolver {
   /** A create of the gateway's own (volumes a container create would make implicitly). */
   async create (path: string, body: unknown): Promise<{ status: number, body: unknown }> {
     return engineJson(this.upstream, 'POST', path, body)
+  }
+
+  /** A removal of the gateway's own (anonymous volumes it made: anonymous.ts). */
+  async remove (path: string): Promise<{ status: number, body: unknown }> {
+    return engineJson(this.upstream, 'DELETE', path)
   }
 
   /** Which tenant (or nobody: null; or no such object: undefined) holds a name. */

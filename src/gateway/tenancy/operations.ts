@@ -29,6 +29,7 @@ import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './
 import { libpodHandlers } from './libpod'
 import { registryAuthHeader, registryConfigHeader } from './registry-auth'
 import { buildStepsJudged, scopeUser, stepUser } from './users'
+import { anonymousOf, anonymousVolumes, createAnonymous, removeAnonymous } from './anonymous'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
@@ -277,7 +278,7 @@ const CONTAINER_REF_MODES = ['NetworkMode', 'PidMode', 'IpcMode', 'UTSMode', 'Us
  * that a name or prefix that changes hands (or is renamed away) before the engine reads
  * it cannot make the engine pick another object.
  */
-async function containerReferences (call: Call, hc: any, networking: any, image: unknown): Promise<{ newVolumes: string[] }> {
+async function containerReferences (call: Call, hc: any, networking: any, image: unknown): Promise<{ newVolumes: string[], imageId?: string }> {
   for (const [i, v] of list(hc?.VolumesFrom).entries()) {
     const [ref, ...mode] = str(v).split(':')
     const id = await own(call, 'container', ref, 'body')
@@ -344,8 +345,8 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
       if (to !== undefined && to !== str((m as any).Source)) call.setBody(['HostConfig', 'Mounts', String(i), 'Source'], to)
     }
   }
-  if (typeof image === 'string' && image) await visibleImage(call, image)
-  return { newVolumes }
+  const imageId = typeof image === 'string' && image ? (await visibleImage(call, image)).id : undefined
+  return { newVolumes, ...(imageId !== undefined ? { imageId } : {}) }
 }
 
 /** A link `name[:alias]` to one of the tenant's containers, naming it by full id (the alias kept: `name` when none was given). */
@@ -405,12 +406,15 @@ const containerCreate: Handler = async (call) => {
   await scopeUser(call, ['User'], ['HostConfig', 'GroupAdd'], 'User')
   const hc = bodyAt(call, 'HostConfig')
   // Reads only, each its own engine round trip: run together.
-  const [, { newVolumes }, admitted] = await inOrder([
+  const [, { newVolumes, imageId }, admitted] = await inOrder([
     nameFree(call, 'container', name),
     containerReferences(call, hc, bodyAt(call, 'NetworkingConfig'), bodyAt(call, 'Image')),
     checkQuota(call, { containers: 1, memory: memoryOf(hc), nanoCpus: cpuOf(hc) }),
   ] as const)
-  await checkVolumeQuota(call, newVolumes.length)
+  // The volumes the engine would make without a name are made by the gateway, owned and
+  // counted (anonymous.ts). Podman's compat create is not rewritten (docs/tenancy.md).
+  const anonymous = await call.r.engine() === 'docker' ? (await anonymousVolumes(call, imageId)).volumes : []
+  await checkVolumeQuota(call, newVolumes.length + anonymous.length)
   if (call.names.private && name !== '') plainNameAliases(call, name.replace(/^\//, ''))
   await podmanSystemdMode(call, hc)
   // What Podman reads of a Docker-compatible create is its CreateContainerConfig: Docker's
@@ -438,6 +442,7 @@ const containerCreate: Handler = async (call) => {
     const r = await call.r.create('/volumes/create', { Name: v, Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
     if (r.status >= 300) throw new GatewayError('CONFLICT', `cannot create volume ${v} for the container: ${str((r.body as any)?.message)}`)
   }
+  await createAnonymous(call, anonymous)
 }
 
 const USER_DEFINED = (net: string): boolean => net !== '' && !net.startsWith('container:') && !['default', 'bridge', 'host', 'none'].includes(net)
@@ -561,7 +566,16 @@ const GO_SPACE_EDGES = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029
 const containerDelete: Handler = async (call) => {
   const ref = call.params.id
   const slash = ref.lastIndexOf('/')
-  if (slash < 0 || !goBool(call.query.get('link'))) return await owned('container')(call)
+  if (slash < 0 || !goBool(call.query.get('link'))) {
+    await owned('container')(call)
+    // `rm -v`: the engine removes only the volumes mounted without a name; the ones the
+    // gateway made in their place go once the engine has removed the container.
+    if (goBool(call.query.get('v'))) {
+      const names = await anonymousOf(call, call.params.id)
+      if (names.length > 0) call.respond = { kind: 'after', then: async () => { await removeAnonymous(call, names) } }
+    }
+    return
+  }
   const parentName = call.names.qualify('container', ref.slice(0, slash))
   const parent = await call.r.containerByName(parentName, call.tenant)
   if (parent.state !== 'own') throw missing('container', ref, call.op.id)
@@ -1126,12 +1140,45 @@ const containerExec: Handler = async (call) => {
   await scopeUser(call, ['User'], null, 'exec User', async () => str((await call.r.get(`/containers/${call.params.id}/json`)).body?.Config?.User))
 }
 
+/** The first API version whose ContainerSpec.Privileges has NoNewPrivileges (moby #46386, with Seccomp and AppArmor). */
+const SERVICE_NNP_API = '1.44'
+
+function apiAtLeast (v: string, min: string): boolean {
+  const [a, b] = v.split('.').map(Number)
+  const [c, d] = min.split('.').map(Number)
+  return a > c || (a === c && b >= d)
+}
+
+/**
+ * A tenant's containers always get no-new-privileges (rewrites.yaml); a service's tasks
+ * get it only from `ContainerSpec.Privileges.NoNewPrivileges`, which the engine reads from
+ * API 1.44 on (older request versions have it dropped: adjustForAPIVersion). There it is
+ * required (set when absent); below, the service is refused unless tenancy.yaml
+ * `services.withoutNoNewPrivileges` allows it.
+ */
+async function serviceNoNewPrivileges (call: Call): Promise<void> {
+  const engineApi = str((await call.r.get('/version')).body?.ApiVersion)
+  const api = call.apiVersion !== undefined && /^\d+\.\d+$/.test(call.apiVersion) && /^\d+\.\d+$/.test(engineApi) && !apiAtLeast(call.apiVersion, engineApi) ? call.apiVersion : engineApi
+  const at = ['TaskTemplate', 'ContainerSpec', 'Privileges', 'NoNewPrivileges']
+  if (/^\d+\.\d+$/.test(api) && apiAtLeast(api, SERVICE_NNP_API)) {
+    const given = bodyAt(call, ...at)
+    if (given !== undefined && given !== null && given !== true) {
+      throw refuse('service-no-new-privileges', `${call.op.id}: ContainerSpec.Privileges.NoNewPrivileges ${JSON.stringify(given)} lets the service's tasks gain privileges: tenants' tasks run with no-new-privileges, as their containers do`)
+    }
+    call.setBody(at, true)
+    return
+  }
+  if (call.settings.services?.withoutNoNewPrivileges === true) return
+  throw refuse('service-no-new-privileges', `${call.op.id} refused for tenant ${call.tenant}: API ${api || 'unknown'} has no ContainerSpec.Privileges.NoNewPrivileges (it needs ${SERVICE_NNP_API}), so the service's tasks would run without no-new-privileges; tenancy.yaml services.withoutNoNewPrivileges allows it anyway`)
+}
+
 const serviceCreate: Handler = async (call) => {
   await serviceIdentity(call)
   await nameFree(call, 'service', str(bodyAt(call, 'Name')))
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)))
   noRoleLabels(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
+  await serviceNoNewPrivileges(call)
   stamp(call, ['Labels'])
   stamp(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
 }
@@ -1143,6 +1190,7 @@ const serviceUpdate: Handler = async (call) => {
   await serviceReferences(call)
   await checkQuota(call, serviceUsage(call.body, await nodeCount(call)), { service: id })
   noRoleLabels(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
+  await serviceNoNewPrivileges(call)
   stamp(call, ['Labels'])
   stamp(call, ['TaskTemplate', 'ContainerSpec', 'Labels'])
 }
