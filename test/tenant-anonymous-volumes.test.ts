@@ -162,3 +162,22 @@ t.test('a create the engine refuses leaves no volume', async (t) => {
   t.match(c.err, /[Dd]uplicate mount point/)
   t.ok(await settle(async () => (await allVolumes()).filter((v) => !before.includes(v)).length === 0), 'no volume left behind')
 })
+
+t.test('a tmpfs is compared as the engine compares it: written as is, not cleaned', async (t) => {
+  const before = await allVolumes()
+  // The engine skips a Volumes entry only under a tmpfs of exactly its path: `/t/` is
+  // not `/t`, and the engine makes an anonymous volume at /t beside it.
+  const n = name()
+  const r = await request(gw.socket, 'POST', `/v1.41/containers/create?name=${n}`, { Image: IMAGE, Cmd: ['true'], Volumes: { '/t': {} }, HostConfig: { Tmpfs: { '/t/': 'size=1m' } } }, { token: TOKEN.a })
+  t.equal(r.status, 201, r.text)
+  const made = (await allVolumes()).filter((v) => !before.includes(v))
+  t.equal(made.length, 1, 'one volume at /t, as the engine makes')
+  t.equal((await direct('GET', `/volumes/${made[0]}`)).json.Labels?.['io.portcullis.tenant'], TA, 'the tenant\'s, not an unlabelled one')
+  t.equal((await request(gw.socket, 'DELETE', `/v1.41/containers/${n}?v=1`, undefined, { token: TOKEN.a })).status, 204)
+  t.ok(await settle(async () => (await allVolumes()).filter((v) => !before.includes(v)).length === 0), 'and removed with it')
+  const m = name()
+  const same = await request(gw.socket, 'POST', `/v1.41/containers/create?name=${m}`, { Image: IMAGE, Cmd: ['true'], Volumes: { '/t': {} }, HostConfig: { Tmpfs: { '/t': 'size=1m' } } }, { token: TOKEN.a })
+  t.equal(same.status, 201, same.text)
+  t.same((await allVolumes()).filter((v) => !before.includes(v)), [], 'a tmpfs at exactly /t: no volume, as the engine makes none')
+  await request(gw.socket, 'DELETE', `/v1.41/containers/${m}`, undefined, { token: TOKEN.a })
+})

@@ -76,7 +76,9 @@ export async function anonymousVolumes (call: Call, imageId: string | undefined)
     const opts = m?.VolumeOptions
     call.setBody(['HostConfig', 'Mounts', String(i), 'Source'], make(str(opts?.DriverConfig?.Name), stringMap(opts?.DriverConfig?.Options), stringMap(opts?.Labels)))
   }
-  for (const t of Object.keys(stringMap(hc?.Tmpfs))) mounted.add(clean(t))
+  // Tmpfs keys as written: the engine compares them uncleaned (HasMountFor), so a
+  // `/data/` tmpfs does not stop an anonymous volume at `/data`.
+  for (const t of Object.keys(stringMap(hc?.Tmpfs))) mounted.add(t)
   // Volumes-from (already pinned to the full ids that were checked) bring their mounts.
   for (const v of list(hc?.VolumesFrom)) {
     const r = await call.r.get(`/containers/${encodeURIComponent(str(v).split(':')[0])}/json`)
