@@ -25,6 +25,7 @@
  *     tenants: { team-a: "10001:10001" }
  *     root: [team-ops]                # tenants that may run as root
  *     rootWhenRemapped: true          # root for everyone on an engine with --userns-remap
+ *     ownFreshVolumes: true           # a fresh named volume's root is given to the container's uid:gid
  *   names: engine                     # engine | private: tenants' container, network and volume names
  *
  * Everything is checked when the policy loads; problems are reported with the rest.
@@ -56,6 +57,12 @@ export interface UserSettings {
   readonly tenants: Readonly<Record<string, UserGroup>>
   readonly root: readonly string[]
   readonly rootWhenRemapped: boolean
+  /**
+   * A container's fresh named volume (new, or the tenant's own that no container uses, its
+   * root still root's) gets its root owned by the container's uid:gid once created
+   * (src/gateway/tenancy/volume-owner.ts).
+   */
+  readonly ownFreshVolumes: boolean
 }
 
 export interface TenancySettings {
@@ -145,7 +152,7 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   services: Object.freeze({ withoutNoNewPrivileges: false }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
   // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
-  users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
+  users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false, ownFreshVolumes: true }),
 })
 
 const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names', 'services']
@@ -216,7 +223,7 @@ function userGroup (v: unknown, at: string, problems: string[]): UserGroup | nul
 
 function users (v: unknown, name: string, problems: string[]): UserSettings {
   const fallback = DEFAULT_TENANCY.users
-  const m = mapping(v, `${name}: users`, ['default', 'tenants', 'root', 'rootWhenRemapped'], problems)
+  const m = mapping(v, `${name}: users`, ['default', 'tenants', 'root', 'rootWhenRemapped', 'ownFreshVolumes'], problems)
   if (!m) return fallback
   const dflt = m.default === undefined ? fallback.default : userGroup(m.default, `${name}: users.default`, problems) ?? fallback.default
   const tenants: Record<string, UserGroup> = {}
@@ -233,7 +240,12 @@ function users (v: unknown, name: string, problems: string[]): UserSettings {
     if (typeof m.rootWhenRemapped === 'boolean') rootWhenRemapped = m.rootWhenRemapped
     else problems.push(`${name}: users.rootWhenRemapped: expected true or false`)
   }
-  return Object.freeze({ default: dflt, tenants: Object.freeze(tenants), root: Object.freeze([...root]), rootWhenRemapped })
+  let ownFreshVolumes = fallback.ownFreshVolumes
+  if (m.ownFreshVolumes !== undefined) {
+    if (typeof m.ownFreshVolumes === 'boolean') ownFreshVolumes = m.ownFreshVolumes
+    else problems.push(`${name}: users.ownFreshVolumes: expected true or false`)
+  }
+  return Object.freeze({ default: dflt, tenants: Object.freeze(tenants), root: Object.freeze([...root]), rootWhenRemapped, ownFreshVolumes })
 }
 
 export function compileTenancy (file: string, name: string, problems: string[]): TenancySettings {

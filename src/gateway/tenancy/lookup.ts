@@ -11,6 +11,7 @@
  * is down nothing is cached. Names and prefixes are always resolved afresh.
  */
 import type { Logger } from 'pino'
+import type { Dispatcher } from 'undici'
 import { jsonLines } from '../body'
 import { GatewayError } from '../../api/errors'
 import { upstreamError } from '../upstream'
@@ -577,6 +578,18 @@ export class Resolver {
     if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }
     if (owner === null && catalogued(r.body)) return { state: 'shared', id: String(r.body?.Id) }
     return { state: 'foreign' }
+  }
+
+  /**
+   * A request of the gateway's own whose answer the caller reads (and must consume or
+   * destroy): a volume's root owner (volume-owner.ts).
+   */
+  async raw (method: 'GET' | 'PUT' | 'DELETE', path: string, body?: Buffer, headers: Record<string, string> = {}): Promise<Dispatcher.ResponseData> {
+    try {
+      return await this.upstream.pool.request({ method, path, headers: { ...(this.upstream.host ? { host: this.upstream.host } : {}), ...headers }, ...(body ? { body } : {}), signal: AbortSignal.timeout(30_000) })
+    } catch (err) {
+      throw upstreamError(err, this.upstream.url)
+    }
   }
 
   /** A create of the gateway's own (volumes a container create would make implicitly). */

@@ -30,6 +30,7 @@ import { libpodHandlers } from './libpod'
 import { registryAuthHeader, registryConfigHeader } from './registry-auth'
 import { buildStepsJudged, scopeUser, stepUser } from './users'
 import { anonymousOf, anonymousVolumes, createAnonymous, removeAnonymous } from './anonymous'
+import { freshVolumeOwner } from './volume-owner'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
@@ -423,16 +424,19 @@ const containerCreate: Handler = async (call) => {
   if (await call.r.engine() === 'podman') call.knownFieldsOnly(COMPAT_CREATE, PODMAN_COMPAT_FIELDS)
   noRoleLabels(call, ['Labels'])
   stamp(call, ['Labels'])
+  // Fresh named volumes get their root owned by the container's user (volume-owner.ts).
+  const ownVolumes = await freshVolumeOwner(call, hc, newVolumes)
   // The created container counts from its answer on, whether or not the engine's create
   // event has reached the gateway yet (the reservation ends once the answer is out).
   call.respond = {
     kind: 'json',
-    transform: (b) => {
+    transform: async (b) => {
       const id = str(b?.Id)
       if (/^[0-9a-f]{64}$/.test(id)) {
         call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
         // Counted by its id from now on: its reservation would count it twice.
         if (call.r.cache.containersOf(call.tenant)?.has(id) === true) admitted()
+        if (ownVolumes) await ownVolumes(id)
       }
       return b
     },

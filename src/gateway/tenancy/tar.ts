@@ -17,6 +17,9 @@ export interface OutEntry {
   mtime: number
   /** A symbolic link's target as the client wrote it, or a hard link's clean target path. */
   linkname: string
+  /** Owner written into the header (volume-owner.ts); 0 when absent. */
+  uid?: number
+  gid?: number
 }
 
 const TYPES: Record<OutEntry['kind'], string> = { file: '0', dir: '5', symlink: '2', hardlink: '1' }
@@ -35,6 +38,8 @@ export function writeHeader (e: OutEntry): Buffer {
     mode: e.mode & 0o7777 || (e.kind === 'dir' ? 0o755 : 0o644),
     mtime: e.mtime >= 0 && e.mtime <= OCTAL_MAX ? e.mtime : 0,
     type: TYPES[e.kind],
+    uid: e.uid ?? 0,
+    gid: e.gid ?? 0,
   })
   if (records.length === 0) return main
   const body = Buffer.from(records.map(([k, v]) => paxRecord(k, v)).join(''), 'utf8')
@@ -59,14 +64,14 @@ function paxRecord (key: string, value: string): string {
   return `${len}${rest}`
 }
 
-interface Fields { name: string, linkname: string, size: number, mode: number, mtime: number, type: string }
+interface Fields { name: string, linkname: string, size: number, mode: number, mtime: number, type: string, uid?: number, gid?: number }
 
 function ustar (h: Fields): Buffer {
   const b = Buffer.alloc(BLOCK)
   b.write(h.name, 0, 100, 'utf8')
   octal(b, 100, 8, h.mode)
-  octal(b, 108, 8, 0)
-  octal(b, 116, 8, 0)
+  octal(b, 108, 8, h.uid ?? 0)
+  octal(b, 116, 8, h.gid ?? 0)
   octal(b, 124, 12, h.size)
   octal(b, 136, 12, h.mtime)
   b.write(h.type, 156, 1, 'latin1')
