@@ -13,6 +13,7 @@
  *     default: { containers: 50, memory: 32GiB, cpus: 16, volumes: 50 }
  *     tenants: { team-a: { containers: 100 } }
  *   builds: { buildkit: false, memory: 2GiB }   # BuildKit sessions; each classic build step's memory limit (default and maximum)
+ *   networks: { tenantDefault: true, defaultName: "{tenant}-default" }   # a tenant's default network: its own
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
@@ -75,6 +76,13 @@ export interface TenancySettings {
      */
     readonly memory: number
   }
+  /**
+   * A tenant's container that asks for the default network (`NetworkMode` empty,
+   * `default` or `bridge`) is attached to the tenant's own bridge network instead, which
+   * the gateway creates on demand, owner-labelled, named `defaultName` with `{tenant}`
+   * replaced (docs/tenancy.md, "The network between tenants").
+   */
+  readonly networks: { readonly tenantDefault: boolean, readonly defaultName: string }
   /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
   readonly redact: { readonly env: readonly EnvRedaction[] }
   readonly users: UserSettings
@@ -119,12 +127,13 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   infoHide: DEFAULT_INFO_HIDE,
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
   builds: Object.freeze({ buildkit: false, memory: 2 * 1024 ** 3 }),
+  networks: Object.freeze({ tenantDefault: true, defaultName: '{tenant}-default' }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
   // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'networks', 'redact', 'users', 'views']
 /** Linux ids are 32 bits; (uid_t)-1 (4294967295) means "no change" to the kernel and is not an id. */
 const MAX_ID = 4294967294
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
@@ -272,6 +281,21 @@ export function compileTenancy (file: string, name: string, problems: string[]):
     }
     builds = Object.freeze({ buildkit, memory })
   }
+  let networks = DEFAULT_TENANCY.networks
+  if (m.networks !== undefined) {
+    const n = mapping(m.networks, `${name}: networks`, ['tenantDefault', 'defaultName'], problems)
+    let { tenantDefault, defaultName } = networks
+    if (n && n.tenantDefault !== undefined) {
+      if (typeof n.tenantDefault === 'boolean') tenantDefault = n.tenantDefault
+      else problems.push(`${name}: networks.tenantDefault: expected true or false`)
+    }
+    if (n && n.defaultName !== undefined) {
+      // A network name the engine accepts ([a-zA-Z0-9][a-zA-Z0-9_.-]), with the tenant in it.
+      if (typeof n.defaultName === 'string' && /^[a-zA-Z0-9{][a-zA-Z0-9{}_.-]*$/.test(n.defaultName) && n.defaultName.includes('{tenant}')) defaultName = n.defaultName
+      else problems.push(`${name}: networks.defaultName: expected a network name containing {tenant}, e.g. "{tenant}-default"`)
+    }
+    networks = Object.freeze({ tenantDefault, defaultName })
+  }
   let redact = DEFAULT_TENANCY.redact
   if (m.redact !== undefined) {
     const r = mapping(m.redact, `${name}: redact`, ['env'], problems)
@@ -279,7 +303,7 @@ export function compileTenancy (file: string, name: string, problems: string[]):
   }
   const userSettings = m.users === undefined ? DEFAULT_TENANCY.users : users(m.users, name, problems)
   const viewList = m.views === undefined ? [] : views(m.views, `${name}: views`, unscopedRoles, problems)
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, redact, users: userSettings, views: viewList })
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, networks, redact, users: userSettings, views: viewList })
 }
 
 /** `views`: a list of `{ roles, containers: LABEL }`, for unscoped roles only (a tenant's view is its tenant). */
