@@ -33,7 +33,6 @@ async function started (t: Test, via: (m: string, p: string, b?: object) => Prom
   return r.json.Id
 }
 
-
 t.test('on the shared engine: a tenant\'s default create lands on its own network, not another\'s', async (t) => {
   const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
   const direct = async (m: string, p: string, b?: object): Promise<RawReply> => await request(engine().socket, m, p, b)
@@ -105,17 +104,19 @@ t.test('on an engine with its firewall on: tenants\' default containers cannot r
   const rules = (await direct('GET', '/info')).json
   t.ok(rules.BridgeNfIptables !== undefined, 'the engine reports its firewall settings')
 
-  // A web server: a file served by busybox httpd on 8080 (tenants run as 65534).
-  const server = { Image: fw.image, Cmd: ['sh', '-c', 'echo pong > /tmp/index.html && exec httpd -f -p 8080 -h /tmp'] }
-    const ipOf = async (id: string): Promise<string> => {
+  // A web server: busybox httpd serving /etc (the engine's /etc/hostname) on 8080.
+  const server = { Image: fw.image, Cmd: ['httpd', '-f', '-v', '-p', '8080', '-h', '/etc'] }
+  const ipOf = async (id: string): Promise<string> => {
     const nets = (await direct('GET', `/containers/${id}/json`)).json.NetworkSettings.Networks
     return String((Object.values(nets)[0] as any).IPAddress)
   }
-  /** Whether a fresh container (created by `via`, so on its network) fetches the page from `ip` (busybox wget, 3 s timeout). */
+  /** Whether a fresh container (created by `via`, so on its network) fetches the page from `ip` (an HTTP request by busybox nc, 3 s timeout: busybox-static's wget crashes here). */
   const reaches = async (via: (m: string, p: string, b?: object) => Promise<RawReply>, ip: string): Promise<boolean> => {
-    const r = await via('POST', `/v1.41/containers/create?name=${fresh('w')}`, { Image: fw.image, Cmd: ['wget', '-q', '-T', '3', '-O', '/dev/null', `http://${ip}:8080/index.html`] })
+    const r = await via('POST', `/v1.41/containers/create?name=${fresh('w')}`, { Image: fw.image, Cmd: ['sh', '-c', `printf 'GET /hostname HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${ip} 8080 | grep -q '200 OK'`] })
     await direct('POST', `/containers/${r.json.Id as string}/start`)
     const w = await direct('POST', `/containers/${r.json.Id as string}/wait`)
+    const logs = await direct('GET', `/containers/${r.json.Id as string}/logs?stdout=1&stderr=1`)
+    t.comment(`fetch ${ip}: ${w.text.trim()} ${JSON.stringify(logs.text.slice(0, 200))}`)
     return w.json?.StatusCode === 0
   }
 
