@@ -15,6 +15,7 @@
  *   builds: { buildkit: false, memory: 2GiB }   # BuildKit sessions; each classic build step's memory limit (default and maximum)
  *   builds: { runAsRoot: users }      # never | users | always: who may run RUN steps as root (users: as `users` lets containers)
  *   services: { withoutNoNewPrivileges: false }  # tenants' services on engines whose API cannot set no-new-privileges
+ *   networks: { tenantDefault: true, defaultName: "{tenant}-default" }   # a tenant's default network: its own
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
@@ -92,6 +93,13 @@ export interface TenancySettings {
      */
     readonly runAsRoot: 'never' | 'users' | 'always'
   }
+  /**
+   * A tenant's container that asks for the default network (`NetworkMode` empty,
+   * `default` or `bridge`) is attached to the tenant's own bridge network instead, which
+   * the gateway creates on demand, owner-labelled, named `defaultName` with `{tenant}`
+   * replaced (docs/tenancy.md, "The network between tenants").
+   */
+  readonly networks: { readonly tenantDefault: boolean, readonly defaultName: string }
   /** What answers withhold from some roles (src/gateway/redact.ts applies it). */
   readonly redact: { readonly env: readonly EnvRedaction[] }
   /**
@@ -150,12 +158,13 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
   builds: Object.freeze({ buildkit: false, memory: 2 * 1024 ** 3, runAsRoot: 'users' as const }),
   services: Object.freeze({ withoutNoNewPrivileges: false }),
+  networks: Object.freeze({ tenantDefault: true, defaultName: '{tenant}-default' }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
   // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false, ownFreshVolumes: true }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names', 'services']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names', 'services', 'networks']
 /** Linux ids are 32 bits; (uid_t)-1 (4294967295) means "no change" to the kernel and is not an id. */
 const MAX_ID = 4294967294
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
@@ -320,6 +329,21 @@ export function compileTenancy (file: string, name: string, problems: string[]):
       else problems.push(`${name}: services.withoutNoNewPrivileges: expected true or false`)
     }
   }
+  let networks = DEFAULT_TENANCY.networks
+  if (m.networks !== undefined) {
+    const n = mapping(m.networks, `${name}: networks`, ['tenantDefault', 'defaultName'], problems)
+    let { tenantDefault, defaultName } = networks
+    if (n && n.tenantDefault !== undefined) {
+      if (typeof n.tenantDefault === 'boolean') tenantDefault = n.tenantDefault
+      else problems.push(`${name}: networks.tenantDefault: expected true or false`)
+    }
+    if (n && n.defaultName !== undefined) {
+      // A network name the engine accepts ([a-zA-Z0-9][a-zA-Z0-9_.-]), with the tenant in it.
+      if (typeof n.defaultName === 'string' && /^[a-zA-Z0-9{][a-zA-Z0-9{}_.-]*$/.test(n.defaultName) && n.defaultName.includes('{tenant}')) defaultName = n.defaultName
+      else problems.push(`${name}: networks.defaultName: expected a network name containing {tenant}, e.g. "{tenant}-default"`)
+    }
+    networks = Object.freeze({ tenantDefault, defaultName })
+  }
   let redact = DEFAULT_TENANCY.redact
   if (m.redact !== undefined) {
     const r = mapping(m.redact, `${name}: redact`, ['env'], problems)
@@ -332,7 +356,7 @@ export function compileTenancy (file: string, name: string, problems: string[]):
     if (m.names === 'engine' || m.names === 'private') names = m.names
     else problems.push(`${name}: names: expected private (each tenant names containers, networks and volumes as on its own engine) or engine (one namespace for all), got ${JSON.stringify(m.names)}`)
   }
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, services, redact, users: userSettings, views: viewList, names })
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, services, networks, redact, users: userSettings, views: viewList, names })
 }
 
 /** `views`: a list of `{ roles, containers: LABEL }`, for unscoped roles only (a tenant's view is its tenant). */

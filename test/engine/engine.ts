@@ -200,6 +200,12 @@ export interface EngineOptions {
   usernsRemap?: boolean;
   /** Start dockerd with --no-new-privileges: every container it creates, a build's step containers too, gets no-new-privileges. */
   noNewPrivileges?: boolean;
+  /**
+   * Start dockerd with its firewall on (no --iptables=false): it writes its chains
+   * (DOCKER-ISOLATION-STAGE-1/2) into its own network namespace's iptables, never the
+   * host's. Networks are then isolated from each other as on a production engine.
+   */
+  iptables?: boolean;
 }
 
 /** The first host uid and gid of a remapping engine's containers (usernsRemap). */
@@ -268,7 +274,7 @@ function spawnDockerd (info: EngineInfo, dockerd: string, options: EngineOptions
     `--exec-root=${path.join(dir, 'exec')}`,
     `--pidfile=${path.join(dir, 'dockerd.pid')}`,
     `--config-file=${config}`,
-    '--iptables=false',
+    ...(options.iptables === true ? [] : ['--iptables=false']),
   ]
   if (options.tcpPort !== undefined) dockerdArgs.push(`--host=tcp://127.0.0.1:${options.tcpPort}`)
   if (options.usernsRemap === true) dockerdArgs.push('--userns-remap=nobody:nogroup')

@@ -9,7 +9,7 @@
  *
  * Admins (tenancy.yaml `unscopedRoles`) never reach this table.
  */
-import { registryAllowed } from '../../policy/tenancy'
+import { registryAllowed, type TenancySettings } from '../../policy/tenancy'
 import { GatewayError } from '../../api/errors'
 import { TenancyRefusal } from './refusal'
 import { scopeArchive } from './archive'
@@ -416,6 +416,7 @@ const containerCreate: Handler = async (call) => {
   // counted (anonymous.ts). Podman's compat create is not rewritten (docs/tenancy.md).
   const anonymous = await call.r.engine() === 'docker' ? (await anonymousVolumes(call, imageId)).volumes : []
   await checkVolumeQuota(call, newVolumes.length + anonymous.length)
+  await tenantDefaultNetwork(call, str(hc?.NetworkMode))
   if (call.names.private && name !== '') plainNameAliases(call, name.replace(/^\//, ''))
   await podmanSystemdMode(call, hc)
   // What Podman reads of a Docker-compatible create is its CreateContainerConfig: Docker's
@@ -469,6 +470,90 @@ function plainNameAliases (call: Call, plain: string): void {
     changed = true
   }
   if (changed) call.setBody(['NetworkingConfig', 'EndpointsConfig'], out)
+}
+
+// ---------------------------------------------------------------------------------
+// A tenant's default network (issue 18 class 7)
+
+/** The network modes that mean the engine's shared default network (docker0 on dockerd, `podman` on Podman). */
+const DEFAULT_NETWORK_MODES = new Set(['', 'default', 'bridge'])
+
+/** The name of the tenant's own default network (tenancy.yaml networks.defaultName). */
+function defaultNetworkName (settings: TenancySettings, tenant: string): string {
+  return settings.networks.defaultName.replaceAll('{tenant}', tenant)
+}
+
+/** Whether `name` has the shape of some tenant's default network name (then only that tenant's own may be created). */
+function defaultNetworkShaped (settings: TenancySettings, name: string): boolean {
+  const [head, ...rest] = settings.networks.defaultName.split('{tenant}').map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'))
+  return new RegExp(`^${head}${rest.map((p) => `.+${p}`).join('')}$`).test(name)
+}
+
+/**
+ * A container asking for the default network gets the tenant's own instead: on the
+ * engine's shared bridge every tenant's containers reach each other's ports. The engine
+ * isolates one bridge network from another with its firewall (DOCKER-ISOLATION-STAGE-1/2),
+ * which is the operator's to keep on (docs/tenancy.md). Explicit `bridge` is redirected
+ * too: a tenant left on the shared bridge could reach any other tenant that asked for it.
+ * The endpoint settings the client gave for the default network go to the tenant's.
+ */
+async function tenantDefaultNetwork (call: Call, mode: string): Promise<void> {
+  if (!call.settings.networks.tenantDefault || !DEFAULT_NETWORK_MODES.has(mode)) return
+  const name = await ensureDefaultNetwork(call)
+  call.setBody(['HostConfig', 'NetworkMode'], name)
+  const endpoints = bodyAt(call, 'NetworkingConfig', 'EndpointsConfig')
+  if (endpoints === null || typeof endpoints !== 'object') return
+  const keys = Object.keys(endpoints)
+  const defaults = keys.filter((k) => DEFAULT_NETWORK_MODES.has(k))
+  if (defaults.length === 0) return
+  // One endpoint for the default network, as the engine reads it (API 1.41 takes one network at create).
+  const moved: Record<string, unknown> = {}
+  for (const k of keys) if (!DEFAULT_NETWORK_MODES.has(k)) moved[k] = endpoints[k]
+  moved[name] = endpoints[defaults.find((k) => k === mode) ?? defaults[0]]
+  call.setBody(['NetworkingConfig', 'EndpointsConfig'], moved)
+}
+
+/**
+ * The tenant's default network, created (a bridge, owner-labelled) when it does not exist
+ * yet. Two creates racing both ask the engine with CheckDuplicate; the loser's 409 is
+ * answered by looking the name up again. A name held by anyone else is refused: tenants
+ * cannot create names shaped like a tenant's default network (networkCreate).
+ */
+async function ensureDefaultNetwork (call: Call): Promise<string> {
+  // dockerd's CheckDuplicate is no lock (two racing creates both succeed, measured on
+  // 20.10): one creation in flight per engine and name in this process.
+  const name = defaultNetworkName(call.settings, call.tenant)
+  let inFlight = ENSURING.get(call.r)
+  if (!inFlight) { inFlight = new Map(); ENSURING.set(call.r, inFlight) }
+  const running = inFlight.get(name)
+  if (running) return await running
+  const work = createDefaultNetwork(call, name).finally(() => inFlight.delete(name))
+  inFlight.set(name, work)
+  return await work
+}
+
+const ENSURING = new WeakMap<object, Map<string, Promise<string>>>()
+
+async function createDefaultNetwork (call: Call, name: string): Promise<string> {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const res = await call.r.network(name, call.tenant)
+    if (res.state === 'own' && res.name === name) return name
+    if (res.state !== 'missing' || res.absent !== true) {
+      throw refuse('tenant-default-network', `the tenant's default network "${name}" is held by another tenant or the administrator: ask the administrator to remove it`)
+    }
+    const engine = await call.r.engine()
+    const r = await call.r.create('/networks/create', {
+      Name: name,
+      Driver: 'bridge',
+      CheckDuplicate: true,
+      // Podman isolates a network from its other networks only when asked (netavark/CNI `isolate`).
+      ...(engine === 'podman' ? { Options: { isolate: 'true' } } : {}),
+      Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject },
+    })
+    if (r.status < 300) return name
+    if (r.status !== 409) throw new GatewayError('UPSTREAM_FAILED', `cannot create the tenant's default network ${name}: ${str((r.body as any)?.message)}`)
+  }
+  throw new GatewayError('UPSTREAM_FAILED', `cannot create the tenant's default network ${name}: it was created and removed while the gateway looked`)
 }
 
 const COMPAT_CREATE = bodySchemas.get('ContainerCreate') as BodyNode
@@ -765,6 +850,10 @@ const imageBuild: Handler = async (call) => {
   await ownCache(call)
   registryConfig(call)
   buildLimits(call)
+  // RUN steps are containers too: on the tenant's own network, not the shared bridge
+  // (the classic builder creates them with `networkmode` as their NetworkMode).
+  const netMode = call.query.get('networkmode') ?? ''
+  if (call.settings.networks.tenantDefault && DEFAULT_NETWORK_MODES.has(netMode) && remote === '') call.setQuery('networkmode', await ensureDefaultNetwork(call))
   // BuildKit exporters (API 1.40+) can name images too: those names obey the namespace.
   const outputs = call.query.get('outputs')
   if (outputs) {
@@ -986,6 +1075,10 @@ const TENANT_NETWORK_OPTIONS = new Set([
 const networkCreate: Handler = async (call) => {
   const name = str(bodyAt(call, 'Name'))
   if (PREDEFINED_NETWORKS.has(name)) throw refuse('tenant-names', `${name} is a predefined network`)
+  // Another tenant's default network name, taken first, would keep that tenant off its own network.
+  if (defaultNetworkShaped(call.settings, name) && name !== defaultNetworkName(call.settings, call.tenant)) {
+    throw refuse('tenant-names', `the network name "${name}" has the shape of a tenant's default network (${call.settings.networks.defaultName}): choose another`)
+  }
   const options = Object.keys(bodyAt(call, 'Options') ?? {}).filter((k) => !TENANT_NETWORK_OPTIONS.has(k))
   if (options.length > 0) throw refuse('network-options', `network driver options ${options.join(', ')} are not available to tenants (allowed: ${[...TENANT_NETWORK_OPTIONS].join(', ')})`)
   // Explicit address pools add routes on the host, which can cover the host's own

@@ -1,0 +1,133 @@
+/**
+ * Issue 18, class 7: tenants' containers on the engine's shared bridge reached each
+ * other's services. A tenant's container that asks for the default network is attached
+ * to the tenant's own network (tenancy.yaml `networks`), created by the gateway on demand.
+ *
+ * First on the shared test engine (run with --iptables=false): where a default create
+ * lands, as the engine stored it. Then on an engine of this test's own with its firewall
+ * on (dockerd's iptables chains, in the engine's own network namespace): real traffic
+ * between containers, with two containers on the plain `bridge` as the oracle that the
+ * traffic check can succeed.
+ */
+import { randomBytes } from 'node:crypto'
+import fs from 'node:fs'
+import jwt from 'jsonwebtoken'
+import t, { type Test } from 'tap'
+import { engine, request, startTestGateway, type RawReply } from './helpers/gateway'
+import { startEngine, stopEngine, type EngineInfo } from './engine/engine'
+
+const SECRET = randomBytes(32).toString('hex')
+const RUN = randomBytes(3).toString('hex')
+const A = `neta-${RUN}`
+const B = `netb-${RUN}`
+const sign = (tenant: string): string => jwt.sign({ sub: 'nina', tenant, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
+const TOKEN = { [A]: sign(A), [B]: sign(B) }
+const fresh = (what: string): string => `net-${RUN}-${what}-${randomBytes(3).toString('hex')}`
+
+/** Create (as a tenant through the gateway, or directly as the admin) and start a container; its id. */
+async function started (t: Test, via: (m: string, p: string, b?: object) => Promise<RawReply>, body: object, direct: (m: string, p: string, b?: object) => Promise<RawReply>): Promise<string> {
+  const r = await via('POST', `/v1.41/containers/create?name=${fresh('c')}`, body)
+  t.equal(r.status, 201, `created (${r.text.trim()})`)
+  const s = await direct('POST', `/containers/${r.json.Id as string}/start`)
+  t.equal(s.status, 204, `started (${s.text.trim()})`)
+  return r.json.Id
+}
+
+t.test('on the shared engine: a tenant\'s default create lands on its own network, not another\'s', async (t) => {
+  const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  const direct = async (m: string, p: string, b?: object): Promise<RawReply> => await request(engine().socket, m, p, b)
+  const ids: string[] = []
+  t.teardown(async () => {
+    for (const id of ids) await direct('DELETE', `/containers/${id}?force=1`)
+    for (const n of [`${A}-default`, `${B}-default`]) await direct('DELETE', `/networks/${n}`)
+    await gw.close()
+  })
+  const as = (tenant: string) => async (m: string, p: string, b?: object): Promise<RawReply> => await request(gw.socket, m, p, b, { token: TOKEN[tenant] })
+  const netsOf = async (id: string): Promise<string[]> => Object.keys((await direct('GET', `/containers/${id}/json`)).json.NetworkSettings.Networks ?? {})
+
+  // Every spelling of "the default network": none, "default", "bridge" (with an endpoint for it).
+  const bodies = [
+    {},
+    { HostConfig: { NetworkMode: 'default' } },
+    { HostConfig: { NetworkMode: 'bridge' }, NetworkingConfig: { EndpointsConfig: { bridge: { Aliases: ['web'] } } } },
+  ]
+  for (const extra of bodies) {
+    const r = await as(A)('POST', `/v1.41/containers/create?name=${fresh('a')}`, { Image: engine().image, Cmd: ['sleep', '600'], ...extra })
+    t.equal(r.status, 201, `created (${r.text.trim()})`)
+    ids.push(r.json.Id)
+    const doc = (await direct('GET', `/containers/${r.json.Id as string}/json`)).json
+    t.equal(doc.HostConfig.NetworkMode, `${A}-default`, `${JSON.stringify(extra)}: the engine stored the tenant's network as the mode`)
+  }
+  const rb = await as(B)('POST', `/v1.41/containers/create?name=${fresh('b')}`, { Image: engine().image, Cmd: ['sleep', '600'] })
+  t.equal(rb.status, 201)
+  ids.push(rb.json.Id)
+  await direct('POST', `/containers/${ids[0]}/start`)
+  await direct('POST', `/containers/${rb.json.Id as string}/start`)
+  t.same(await netsOf(ids[0]), [`${A}-default`], 'A\'s running container is on A\'s network only')
+  t.same(await netsOf(rb.json.Id), [`${B}-default`], 'B\'s on B\'s only')
+  const na = (await direct('GET', `/networks/${A}-default`)).json
+  t.equal(na.Driver, 'bridge')
+  t.equal(na.Labels['io.portcullis.tenant'], A, 'owned by A')
+  t.notOk(Object.keys(na.Containers ?? {}).includes(rb.json.Id), 'B\'s container is not on A\'s network')
+  t.same(Object.keys((await direct('GET', '/networks/bridge')).json.Containers ?? {}).filter((id) => ids.includes(id)), [], 'no tenant container on the shared bridge')
+  const endpoint = (await direct('GET', `/containers/${ids[2]}/json`)).json.NetworkSettings.Networks[`${A}-default`]
+  t.ok(endpoint?.Aliases?.includes('web'), 'the endpoint settings for "bridge" moved to the tenant\'s network')
+
+  // The tenant sees it as its own; the other tenant does not see it, nor can it take the name.
+  const listA = (await as(A)('GET', '/v1.41/networks')).json.map((n: any) => n.Name)
+  t.ok(listA.includes(`${A}-default`), 'A lists its default network')
+  t.notOk(listA.includes(`${B}-default`), 'A does not list B\'s')
+  t.equal((await as(A)('GET', `/v1.41/networks/${A}-default`)).status, 200, 'A inspects its own')
+  t.equal((await as(B)('GET', `/v1.41/networks/${A}-default`)).status, 404, 'B gets A\'s as missing')
+  const squat = await as(B)('POST', '/v1.41/networks/create', { Name: `zz${RUN}-default` })
+  t.equal(squat.status, 403, 'a tenant cannot create a name shaped like another tenant\'s default network')
+  t.match(squat.text, /rule tenant-names\b/)
+  // Two creates racing for a fresh tenant's network: one network, both created.
+  const C = `netc-${RUN}`
+  const tc = sign(C)
+  const race = await Promise.all([0, 1, 2].map(async () => await request(gw.socket, 'POST', `/v1.41/containers/create?name=${fresh('c')}`, { Image: engine().image, Cmd: ['true'] }, { token: tc })))
+  for (const r of race) { t.equal(r.status, 201, `a racing create (${r.text.trim()})`); if (r.status === 201) ids.push(r.json.Id) }
+  const named = (await direct('GET', `/networks?filters=${encodeURIComponent(JSON.stringify({ name: { [`${C}-default`]: true } }))}`)).json.filter((n: any) => n.Name === `${C}-default`)
+  t.equal(named.length, 1, 'one network for the racing creates')
+  t.teardown(async () => { for (const id of ids) await direct('DELETE', `/containers/${id}?force=1`); await direct('DELETE', `/networks/${C}-default`) })
+})
+
+const NO_FIREWALL = fs.existsSync('/usr/sbin/iptables') ? false : 'no /usr/sbin/iptables here: dockerd cannot write its isolation chains'
+t.test('on an engine with its firewall on: tenants\' default containers cannot reach each other', { skip: NO_FIREWALL }, async (t) => {
+  // Its own dockerd, in its own network and mount namespaces (engine.ts), with iptables on.
+  const fw: EngineInfo = await startEngine(fs.mkdtempSync('/tmp/pcx-'), { iptables: true })
+  t.teardown(async () => { await stopEngine(fw) })
+  const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${fw.socket}`)
+  t.teardown(async () => { await gw.close() })
+  const direct = async (m: string, p: string, b?: object): Promise<RawReply> => await request(fw.socket, m, p, b)
+  const as = (tenant: string) => async (m: string, p: string, b?: object): Promise<RawReply> => await request(gw.socket, m, p, b, { token: TOKEN[tenant] })
+  const rules = (await direct('GET', '/info')).json
+  t.ok(rules.BridgeNfIptables !== undefined, 'the engine reports its firewall settings')
+
+  // A web server: busybox httpd serving /etc (the engine's /etc/hostname) on 8080.
+  const server = { Image: fw.image, Cmd: ['httpd', '-f', '-v', '-p', '8080', '-h', '/etc'] }
+  const ipOf = async (id: string): Promise<string> => {
+    const nets = (await direct('GET', `/containers/${id}/json`)).json.NetworkSettings.Networks
+    return String((Object.values(nets)[0] as any).IPAddress)
+  }
+  /** Whether a fresh container (created by `via`, so on its network) fetches the page from `ip` (an HTTP request by busybox nc, 3 s timeout: busybox-static's wget crashes here). */
+  const reaches = async (via: (m: string, p: string, b?: object) => Promise<RawReply>, ip: string): Promise<boolean> => {
+    const r = await via('POST', `/v1.41/containers/create?name=${fresh('w')}`, { Image: fw.image, Cmd: ['sh', '-c', `printf 'GET /hostname HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ${ip} 8080 | grep -q '200 OK'`] })
+    await direct('POST', `/containers/${r.json.Id as string}/start`)
+    const w = await direct('POST', `/containers/${r.json.Id as string}/wait`)
+    const logs = await direct('GET', `/containers/${r.json.Id as string}/logs?stdout=1&stderr=1`)
+    t.comment(`fetch ${ip}: ${w.text.trim()} ${JSON.stringify(logs.text.slice(0, 200))}`)
+    return w.json?.StatusCode === 0
+  }
+
+  const webA = await started(t, as(A), server, direct)
+  const ipA = await ipOf(webA)
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  t.ok(await reaches(as(A), ipA), `A's second container reaches A's web server (${ipA}) on A's network`)
+  t.notOk(await reaches(as(B), ipA), 'B\'s default container cannot reach A\'s web server')
+  // The oracle: on the shared bridge the same check succeeds.
+  const webBridge = await started(t, direct, server, direct)
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  t.ok(await reaches(direct, await ipOf(webBridge)), 'two containers on the plain bridge reach each other')
+  t.notOk(await reaches(direct, ipA), 'and a container on the bridge cannot reach A\'s network')
+})
