@@ -13,7 +13,10 @@ import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { engine, request, startTestGateway, type RawReply } from './helpers/gateway'
+import { engine, policiesWith, request, startTestGateway, type RawReply } from './helpers/gateway'
+
+/** The shipped policies with tenants' own default networks on (tenancy.yaml networks.tenantDefault, shipped off). */
+const ownNetworks = (): string => policiesWith((y) => y.replace('  tenantDefault: false', '  tenantDefault: true'))
 import { startEngine, stopEngine, type EngineInfo } from './engine/engine'
 
 const SECRET = randomBytes(32).toString('hex')
@@ -34,7 +37,7 @@ async function started (t: Test, via: (m: string, p: string, b?: object) => Prom
 }
 
 t.test('on the shared engine: a tenant\'s default create lands on its own network, not another\'s', async (t) => {
-  const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, ownNetworks())
   const direct = async (m: string, p: string, b?: object): Promise<RawReply> => await request(engine().socket, m, p, b)
   const ids: string[] = []
   t.teardown(async () => {
@@ -97,7 +100,7 @@ t.test('on an engine with its firewall on: tenants\' default containers cannot r
   // Its own dockerd, in its own network and mount namespaces (engine.ts), with iptables on.
   const fw: EngineInfo = await startEngine(fs.mkdtempSync('/tmp/pcx-'), { iptables: true })
   t.teardown(async () => { await stopEngine(fw) })
-  const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${fw.socket}`)
+  const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${fw.socket}`, ownNetworks())
   t.teardown(async () => { await gw.close() })
   const direct = async (m: string, p: string, b?: object): Promise<RawReply> => await request(fw.socket, m, p, b)
   const as = (tenant: string) => async (m: string, p: string, b?: object): Promise<RawReply> => await request(gw.socket, m, p, b, { token: TOKEN[tenant] })

@@ -498,19 +498,33 @@ function defaultNetworkShaped (settings: TenancySettings, name: string): boolean
  * The endpoint settings the client gave for the default network go to the tenant's.
  */
 async function tenantDefaultNetwork (call: Call, mode: string): Promise<void> {
-  if (!call.settings.networks.tenantDefault || !DEFAULT_NETWORK_MODES.has(mode)) return
-  const name = await ensureDefaultNetwork(call)
-  call.setBody(['HostConfig', 'NetworkMode'], name)
+  if (!call.settings.networks.tenantDefault) return
   const endpoints = bodyAt(call, 'NetworkingConfig', 'EndpointsConfig')
-  if (endpoints === null || typeof endpoints !== 'object') return
-  const keys = Object.keys(endpoints)
-  const defaults = keys.filter((k) => DEFAULT_NETWORK_MODES.has(k))
+  const keys = endpoints !== null && typeof endpoints === 'object' ? Object.keys(endpoints) : []
+  const defaults: string[] = []
+  for (const k of keys) if (await isEngineBridge(call, k)) defaults.push(k)
+  const modeIsBridge = await isEngineBridge(call, mode)
+  if (!modeIsBridge && defaults.length === 0) return
+  const name = await ensureDefaultNetwork(call)
+  if (modeIsBridge) call.setBody(['HostConfig', 'NetworkMode'], name)
   if (defaults.length === 0) return
   // One endpoint for the default network, as the engine reads it (API 1.41 takes one network at create).
   const moved: Record<string, unknown> = {}
-  for (const k of keys) if (!DEFAULT_NETWORK_MODES.has(k)) moved[k] = endpoints[k]
+  for (const k of keys) if (!defaults.includes(k)) moved[k] = endpoints[k]
   moved[name] = endpoints[defaults.find((k) => k === mode) ?? defaults[0]]
   call.setBody(['NetworkingConfig', 'EndpointsConfig'], moved)
+}
+
+/**
+ * Whether a network reference is the engine's default bridge: one of its spellings, or
+ * its id or a unique id prefix, resolved as the engine resolves it (a create's references
+ * are pinned to full ids before this is asked).
+ */
+async function isEngineBridge (call: Call, ref: string): Promise<boolean> {
+  if (DEFAULT_NETWORK_MODES.has(ref)) return true
+  if (ref.startsWith('container:') || ['host', 'none'].includes(ref)) return false
+  const res = await call.r.network(ref, call.tenant)
+  return res.state === 'shared' && res.name === 'bridge'
 }
 
 /**
@@ -1040,6 +1054,10 @@ const networkInspect: Handler = async (call) => {
 
 const networkConnect: Handler = async (call) => {
   const res = await ownOrSharedNetwork(call, call.params.id)
+  // The engine's bridge is shared by every tenant: with tenants on their own default network, not theirs to join.
+  if (call.op.id === 'NetworkConnect' && res.state === 'shared' && res.name === 'bridge' && call.settings.networks.tenantDefault && await call.r.engine() !== 'podman') {
+    throw refuse('tenant-default-network', `the engine's bridge network is shared by all tenants: tenant ${call.tenant}'s containers use ${defaultNetworkName(call.settings, call.tenant)} instead (tenancy.yaml networks.tenantDefault)`)
+  }
   call.setParam('id', networkRef(call, res, call.params.id))
   const c = str(bodyAt(call, 'Container'))
   // The engine answers a missing container to connect or disconnect with its 404.
@@ -1254,6 +1272,8 @@ function apiAtLeast (v: string, min: string): boolean {
  * `services.withoutNoNewPrivileges` allows it.
  */
 async function serviceNoNewPrivileges (call: Call): Promise<void> {
+  // An engine that is no swarm manager answers the create itself (503): that answer, as directly.
+  if ((await call.r.probe('/swarm')).status !== 200) return
   const engineApi = str((await call.r.get('/version')).body?.ApiVersion)
   const api = call.apiVersion !== undefined && /^\d+\.\d+$/.test(call.apiVersion) && /^\d+\.\d+$/.test(engineApi) && !apiAtLeast(call.apiVersion, engineApi) ? call.apiVersion : engineApi
   const at = ['TaskTemplate', 'ContainerSpec', 'Privileges', 'NoNewPrivileges']
