@@ -100,7 +100,7 @@ t.test('tenancy.yaml users: parsed, checked, with clear errors', async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcu-'))
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   const file = path.join(dir, 'tenancy.yaml')
-  t.same(DEFAULT_TENANCY.users, { default: { uid: 65534, gid: 65534 }, tenants: {}, root: [], rootWhenRemapped: false }, 'without users: nobody:nogroup, root for nobody')
+  t.same(DEFAULT_TENANCY.users, { default: { uid: 65534, gid: 65534 }, tenants: {}, root: [], rootWhenRemapped: false, ownFreshVolumes: true }, 'without users: nobody:nogroup, root for nobody, fresh volumes given to the user')
   fs.writeFileSync(file, 'users: { default: "2000:2000", tenants: { a: "3000:3001" }, root: [ops], rootWhenRemapped: true }\n')
   const fine: string[] = []
   const s = compileTenancy(file, 'tenancy.yaml', fine)
