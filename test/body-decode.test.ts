@@ -573,15 +573,6 @@ t.test('a docker CLI ContainerCreate body', async (t) => {
   t.equal(fieldAt(d.value, ['HostConfig', 'Privileged']), false)
   t.equal(fieldAt(d.value, ['HostConfig', 'PortBindings', '80/tcp', 0, 'HostPort']), '8080')
   t.equal(Number(fieldAt(d.value, ['HostConfig', 'MemorySwappiness'])), -1)
-
-  // Hot path: a typical ContainerCreate decodes (and re-encodes) well under a millisecond.
-  for (let i = 0; i < 500; i++) decodeBody('ContainerCreate', raw)
-  const n = 5000
-  const start = process.hrtime.bigint()
-  for (let i = 0; i < n; i++) decodeBody('ContainerCreate', raw)
-  const perOp = Number(process.hrtime.bigint() - start) / n / 1e6
-  t.comment(`decodeBody(ContainerCreate, ${raw.length} bytes): ${(perOp * 1000).toFixed(1)} µs per body`)
-  t.ok(perOp < 1, `under 1 ms per body (${perOp.toFixed(4)} ms)`)
 })
 
 t.test('the shipped policy evaluates, and forwards, the host config the engine resolves from a legacy body', async (t) => {
