@@ -58,13 +58,41 @@ function makeNodeBase (): void {
   }
 }
 
+/**
+ * Runs `f` holding the checkout's image-build lock: the test files that build the image
+ * run in parallel, and deploy/prebuilt.sh rewrites one `.prebuilt/` directory. A lock left
+ * by a process that is gone is taken over.
+ */
+function withBuildLock (f: () => void): void {
+  const lock = path.join(REPO, '.prebuilt.lock')
+  const deadline = Date.now() + 10 * 60_000
+  for (;;) {
+    try {
+      fs.mkdirSync(lock)
+      fs.writeFileSync(path.join(lock, 'pid'), String(process.pid))
+      break
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+      const holder = Number(fs.readFileSync(path.join(lock, 'pid'), { encoding: 'utf8', flag: 'a+' }))
+      let alive = true
+      if (holder > 0) { try { process.kill(holder, 0) } catch { alive = false } }
+      if (!alive) { fs.rmSync(lock, { recursive: true, force: true }); continue }
+      if (Date.now() > deadline) throw new Error(`the image-build lock ${lock} is held by ${holder || 'a process starting'}`)
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200)
+    }
+  }
+  try { f() } finally { fs.rmSync(lock, { recursive: true, force: true }) }
+}
+
 let built = false
 /** Builds deploy/Dockerfile's `prebuilt` target from this checkout (once per process). */
 export function buildImage (): void {
   if (built) return
   makeNodeBase()
-  execFileSync(path.join(REPO, 'deploy/prebuilt.sh'), { cwd: REPO, env: { ...process.env, PORTCULLIS_PREBUILT_SKIP_BUILD: '1' }, stdio: 'pipe' })
-  docker(['build', '-q', '--build-arg', `NODE_IMAGE=${NODE_BASE}`, '--target', 'prebuilt', '-f', 'deploy/Dockerfile', '-t', IMAGE, '.'], { cwd: REPO })
+  withBuildLock(() => {
+    execFileSync(path.join(REPO, 'deploy/prebuilt.sh'), { cwd: REPO, env: { ...process.env, PORTCULLIS_PREBUILT_SKIP_BUILD: '1' }, stdio: 'pipe' })
+    docker(['build', '-q', '--build-arg', `NODE_IMAGE=${NODE_BASE}`, '--target', 'prebuilt', '-f', 'deploy/Dockerfile', '-t', IMAGE, '.'], { cwd: REPO })
+  })
   built = true
 }
 
