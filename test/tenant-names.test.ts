@@ -136,7 +136,8 @@ t.test('the same container, network and volume names in two tenants at once', as
       const o = await inspectDirect(kind, `${tenant}.${name}`)
       t.equal(o?.Config?.Labels?.[TENANT_LABEL] ?? o?.Labels?.[TENANT_LABEL], tenant, `engine: ${kind} ${tenant}.${name} is ${who}'s`)
     }
-    t.equal(await inspectDirect('container', 'db'), null, 'engine: no container named plainly db')
+    // "db" is also an id prefix (hex): the engine may answer with a container whose id starts so.
+    t.not((await inspectDirect('container', 'db'))?.Name, '/db', 'engine: no container named plainly db')
   }
 
   for (const who of ['a', 'b'] as const) {
