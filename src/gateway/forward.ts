@@ -249,6 +249,18 @@ const RECORD_SEPARATOR = Buffer.from('\x1e')
 const NEWLINE = Buffer.from('\n')
 const LONG_DIGITS = /[0-9]{16}/
 
+/** The engine's whole answer, read up to FILTERED_ANSWER_MAX (`why`: what the gateway holds it for). */
+async function wholeAnswer (ctx: RequestContext, answer: Answer, why: 'filter' | 'hold'): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of answer.body) {
+    size += (chunk as Buffer).length
+    if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to ${why} for a tenant`)
+    chunks.push(chunk as Buffer)
+  }
+  return Buffer.concat(chunks)
+}
+
 /**
  * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
  * stream of JSON texts (events) passed record by record, each kept or dropped in order.
@@ -257,14 +269,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   const headers = narrowedHeaders(answer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
-    const chunks: Buffer[] = []
-    let size = 0
-    for await (const chunk of answer.body) {
-      size += (chunk as Buffer).length
-      if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to filter for a tenant`)
-      chunks.push(chunk as Buffer)
-    }
-    const out = await narrowJson(Buffer.concat(chunks), filter, ctx.target?.operation.id ?? '')
+    const out = await narrowJson(await wholeAnswer(ctx, answer, 'filter'), filter, ctx.target?.operation.id ?? '')
     ctx.bytesOut = out.length
     finish()
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
@@ -272,15 +277,8 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
     return
   }
   if (filter.kind === 'after') {
-    const chunks: Buffer[] = []
-    let size = 0
-    for await (const chunk of answer.body) {
-      size += (chunk as Buffer).length
-      if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to hold for a tenant`)
-      chunks.push(chunk as Buffer)
-    }
+    const out = await wholeAnswer(ctx, answer, 'hold')
     await filter.then()
-    const out = Buffer.concat(chunks)
     ctx.bytesOut = out.length
     finish()
     res.writeHead(answer.statusCode, answer.statusCode === 204 ? headers : { ...headers, 'content-length': String(out.length) })
