@@ -9,6 +9,7 @@ import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { followsLinks } from '../src/policy/fields'
+import { loadPolicy, type EvaluationRequest, type Policy, type Principal } from '../src/policy/engine'
 import { applyRewrites, compileRewrites } from '../src/policy/rewrite'
 
 const REPO = path.resolve(__dirname, '..', '..')
@@ -71,4 +72,29 @@ t.test('rewrites apply every step and never change the body they were given', as
   const snapshot = structuredClone(first.body)
   applyRewrites(rules, 'ContainerCreate', ['user:alice', 'tenant'], who, first.body)
   t.same(first.body, snapshot, 'a body the rewrites returned is not changed by rewriting it again')
+})
+
+t.test('body-less decisions are kept per identity, operation, target and query, and only while their policy is in force', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcx-bodyless-'))
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+  fs.cpSync(path.join(REPO, 'policies'), dir, { recursive: true })
+  const alice = { subject: 'alice', tenant: 'team-a', roles: ['tenant'] }
+  const build = (query: string): EvaluationRequest => ({ op: 'ImageBuild', kind: 'build', resource: '', query: new URLSearchParams(query), body: undefined })
+  const inspect = (id: string): EvaluationRequest => ({ op: 'ContainerInspect', kind: 'container', resource: id, query: new URLSearchParams(), body: undefined })
+  const decided = async (p: Policy, who: Principal, r: EvaluationRequest): Promise<string> => {
+    const e = await p.evaluate(who, r)
+    return `${e.decision.decision}:${e.decision.rule?.rule ?? '-'}`
+  }
+  const before = await loadPolicy(dir)
+  for (let i = 0; i < 2; i++) {
+    t.equal(await decided(before, alice, build('t=x')), 'allow:tenant-build', `a plain build is allowed (${i ? 'again' : 'first'})`)
+    t.equal(await decided(before, alice, build('t=x&networkmode=host')), 'deny:build-network', 'the query decides: not the cached answer of the plain build')
+    t.equal(await decided(before, { ...alice, roles: ['readonly'] }, build('t=x')), 'deny:-', 'another role: its own decision, not alice\'s')
+    t.equal(await decided(before, alice, inspect('abc')), 'allow:tenant-containers', 'another operation')
+  }
+  fs.appendFileSync(path.join(dir, 'base.csv'), 'p, user:alice, *, ContainerInspect, *, deny, alice-no-inspect, true\n')
+  const after = await loadPolicy(dir)
+  t.equal(await decided(after, alice, inspect('abc')), 'deny:alice-no-inspect', 'a reloaded policy decides anew')
+  t.equal(await decided(after, { ...alice, subject: 'bob' }, inspect('abc')), 'allow:tenant-containers', 'and per subject')
+  t.equal(await decided(before, alice, inspect('abc')), 'allow:tenant-containers', 'the old policy keeps its own answers')
 })

@@ -506,6 +506,9 @@ function layerWarnings (sets: readonly PolicySet[]): string[] {
   })
 }
 
+/** Body-less evaluations kept per compiled policy (identities x operations x targets; cleared when full). */
+const BODYLESS_CACHE_MAX = 10_000
+
 function ref (file: string, rule: string | null): RuleRef | null {
   return rule ? { policy: file, rule } : null
 }
@@ -547,6 +550,7 @@ export async function loadPolicy (dir: string, given?: LineSource): Promise<Poli
   const auditing = sets.filter((s) => s.mode === 'audit')
 
   const warnings = Object.freeze(layerWarnings(sets))
+  const bodyless = new Map<string, Evaluation>()
 
   return Object.freeze({
     dir,
@@ -562,28 +566,42 @@ export async function loadPolicy (dir: string, given?: LineSource): Promise<Poli
       return out
     },
     async evaluate (who: Principal, req: EvaluationRequest): Promise<Evaluation> {
-      const dom = who.tenant ?? ''
-      const roles = await principals(enforcing[0], who, dom)
-      const { body, applied } = applyRewrites(rewrites, req.op, roles, who, req.body)
-      const input = buildInput(req.op, req.kind, req.resource, req.query, body, req.hostPaths)
-      let allowedBy: RuleRef | null = null
-      for (const set of enforcing) {
-        const subs = set === enforcing[0] ? roles : await principals(set, who, dom)
-        const { ok, rule } = decide(set, subs, dom, req.op, req.kind, input)
-        if (!ok) {
-          return { decision: { decision: 'deny', rule: ref(set.file, rule), wouldDeny: [], policyVersion: version }, input, body, rewrites: applied }
-        }
-        allowedBy ??= ref(set.file, rule)
-      }
-      const wouldDeny: RuleRef[] = []
-      for (const set of auditing) {
-        const { ok, rule } = decide(set, await principals(set, who, dom), dom, req.op, req.kind, input)
-        if (!ok) wouldDeny.push(ref(set.file, rule) ?? { policy: set.file, rule: 'default-deny' })
-      }
-      const decision = wouldDeny.length ? 'would_deny' : 'allow'
-      return { decision: { decision, rule: allowedBy, wouldDeny, policyVersion: version }, input, body, rewrites: applied }
+      // A request without a body is judged on the identity, the operation, its target and
+      // query alone (facts.ts reads nothing else then): the same ones get the same
+      // evaluation for as long as this compiled policy is in force (a reload makes a new one).
+      if (req.body !== undefined) return evaluateNow(who, req)
+      const key = `${who.tenant ?? ''}\0${who.subject}\0${who.roles.join('\0')}\0\0${req.op}\0${req.kind}\0${req.resource}\0${req.query.toString()}\0${req.hostPaths ?? ''}`
+      const hit = bodyless.get(key)
+      if (hit !== undefined) return hit
+      const evaluation = await evaluateNow(who, req)
+      if (bodyless.size >= BODYLESS_CACHE_MAX) bodyless.clear()
+      bodyless.set(key, evaluation)
+      return evaluation
     },
   })
+
+  async function evaluateNow (who: Principal, req: EvaluationRequest): Promise<Evaluation> {
+    const dom = who.tenant ?? ''
+    const roles = await principals(enforcing[0], who, dom)
+    const { body, applied } = applyRewrites(rewrites, req.op, roles, who, req.body)
+    const input = buildInput(req.op, req.kind, req.resource, req.query, body, req.hostPaths)
+    let allowedBy: RuleRef | null = null
+    for (const set of enforcing) {
+      const subs = set === enforcing[0] ? roles : await principals(set, who, dom)
+      const { ok, rule } = decide(set, subs, dom, req.op, req.kind, input)
+      if (!ok) {
+        return { decision: { decision: 'deny', rule: ref(set.file, rule), wouldDeny: [], policyVersion: version }, input, body, rewrites: applied }
+      }
+      allowedBy ??= ref(set.file, rule)
+    }
+    const wouldDeny: RuleRef[] = []
+    for (const set of auditing) {
+      const { ok, rule } = decide(set, await principals(set, who, dom), dom, req.op, req.kind, input)
+      if (!ok) wouldDeny.push(ref(set.file, rule) ?? { policy: set.file, rule: 'default-deny' })
+    }
+    const decision = wouldDeny.length ? 'would_deny' : 'allow'
+    return { decision: { decision, rule: allowedBy, wouldDeny, policyVersion: version }, input, body, rewrites: applied }
+  }
 }
 
 /** The text of the manifest's model file (the database module reads lines into it). */
