@@ -872,7 +872,7 @@ const workflows: Array<[string, (t: Test) => Promise<void>]> = [
     await created(t, { target, body: `{"image":${JSON.stringify(IMAGE)},"cmd":["echo","lower"],"hostconfig":{"memory":33554432}}` }, rec.gw.socket)
     const forwarded = rec.bodies.get(`POST ${target}`) ?? Buffer.alloc(0)
     const body = JSON.parse(forwarded.toString()) as Doc
-    t.same(body, { Image: IMAGE, Cmd: ['echo', 'lower'], User: `${TENANT_UID}:${TENANT_UID}`, HostConfig: { Memory: 33554432, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private', ShmSize: 67108864, LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } } }, Labels: OWNER }, 'the engine received the canonical, rewritten body')
+    t.same(body, { Image: IMAGE, Cmd: ['echo', 'lower'], User: `${TENANT_UID}:${TENANT_UID}`, HostConfig: { NetworkMode: 'team-a-default', Memory: 33554432, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private', ShmSize: 67108864, LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } } }, Labels: OWNER }, 'the engine received the canonical, rewritten body')
     t.equal(forwarded.toString(), JSON.stringify(body), 'as compact JSON, nothing else')
     const c = await inspect('container', name)
     t.same([c.Config.Image, c.Config.Cmd, c.HostConfig.Memory], [IMAGE, ['echo', 'lower'], 33554432], 'and stored that Image, Cmd and Memory')

@@ -201,11 +201,14 @@ t.test('records of a real workload: run, denial, exec; then verify and report on
     t.ok(typeof c.upstreamMs === 'number' && c.upstreamMs > 0 && c.upstreamMs <= c.durationMs!, 'upstreamMs, within durationMs')
     const owner = c.rewrites.find((w) => w.id === 'tenancy')
     t.ok(owner, `owner labels recorded as the tenancy rewrite (${c.rewrites.map((w) => w.id).join(', ')})`)
-    t.same(owner?.patch, [
+    const endpoints = owner?.patch.find((p) => p.path === '/NetworkingConfig/EndpointsConfig')
+    t.same(owner?.patch.filter((p) => p !== endpoints), [
       { op: 'add', path: '/User', value: '65534:65534' },
+      { op: 'replace', path: '/HostConfig/NetworkMode', value: 'team-a-default' },
       { op: 'add', path: '/Labels/io.portcullis.tenant', value: 'team-a' },
       { op: 'add', path: '/Labels/io.portcullis.subject', value: 'trudy' },
-    ], 'its JSON patch: the tenant\'s user (tenancy.yaml users) and the owner labels')
+    ], 'its JSON patch: the tenant\'s user (tenancy.yaml users), its own default network and the owner labels')
+    t.same(Object.keys((endpoints?.value ?? {}) as object), ['team-a-default'], 'the CLI\'s endpoint settings for the default network moved to the tenant\'s')
     t.ok(c.rewrites.some((w) => w.id === 'tenant-safe-defaults'), 'tenant-safe-defaults recorded too')
     t.notOk('body' in c, 'level metadata: no body')
   })

@@ -5,6 +5,8 @@
  *   two segments as the engine's `{name:.*}` allows): removed through the gateway by the
  *   docker CLI 28, CLI 20.10 and docker-py, as admin and as a tenant on its own parent
  *   container; another tenant gets the engine's "No such container" and the link stays.
+ *   Legacy links are the default bridge's: tenants here are on it (tenancy.yaml
+ *   networks.tenantDefault off), as on an engine that keeps them there.
  * - `GET` and `HEAD /_ping` answer exactly as the engine does (status, headers, body), for
  *   an admin, a tenant and an anonymous listener.
  * - `/events` with every Accept the engine negotiates (application/jsonl, x-ndjson,
@@ -34,7 +36,7 @@ import { serializeFilters, withLabel } from '../src/gateway/tenancy/filters'
 import { goBool, handlers } from '../src/gateway/tenancy/operations'
 import { filterEvents } from '../src/gateway/tenancy/responses'
 import { DEFAULT_TENANCY } from '../src/policy/tenancy'
-import { CLI20, CLI28, engine, POLICIES, run, uniqueName, type RunResult } from './helpers/gateway'
+import { CLI20, CLI28, engine, policiesOnSharedBridge, run, uniqueName, type RunResult } from './helpers/gateway'
 
 const SYSTEM_PYTHON = '/usr/bin/python3'
 const TENANT_LABEL = 'io.portcullis.tenant'
@@ -72,7 +74,7 @@ t.before(async () => {
   - { unix: ${SOCK}, identity: { subject: tester, roles: [admin] } }
   - { unix: ${ANON}, anonymous: true }
 upstream: unix://${engine().socket}
-policy: { dir: ${POLICIES} }
+policy: { dir: ${policiesOnSharedBridge()} }
 auth: { jwt: { secret: ${SECRET} } }
 audit: { file: ${tmp}/audit.jsonl }
 log: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }

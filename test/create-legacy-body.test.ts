@@ -240,7 +240,7 @@ t.test('what reaches the engine is the resolved body the policy evaluated', asyn
   t.same(await sent('"Runtime":"io.containerd.runc.v2","Privileged":true,"HostConfig":{"CpuShares":0},"CpuShares":512,"Cpuset":"0"'), { ...cmd, HostConfig: { CpuShares: 512, CpusetCpus: '0' } },
     'admin, beside HostConfig: the ignored fields dropped, CpuShares and Cpuset copied in')
   t.same(await sent('"Runtime":"io.containerd.runc.v2","Privileged":true,"Memory":67108864,"HostConfig":{}', TOKEN),
-    { ...cmd, User: '65534:65534', HostConfig: { Memory: 64 * MiB, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private', ShmSize: 64 * MiB, LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } } }, Labels: { 'io.portcullis.tenant': TENANT, 'io.portcullis.subject': 'lee' } },
+    { ...cmd, User: '65534:65534', HostConfig: { NetworkMode: `${TENANT}-default`, Memory: 64 * MiB, SecurityOpt: ['no-new-privileges'], PidsLimit: 1024, CgroupnsMode: 'private', ShmSize: 64 * MiB, LogConfig: { Type: 'json-file', Config: { 'max-size': '10m', 'max-file': '3' } } }, Labels: { 'io.portcullis.tenant': TENANT, 'io.portcullis.subject': 'lee' } },
     'tenant, beside HostConfig: resolved, then rewritten, given the tenant\'s user (tenancy.yaml users) and labelled')
 })
 

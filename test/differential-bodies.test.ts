@@ -38,7 +38,7 @@ import { isDeepStrictEqual } from 'node:util'
 import fc from 'fast-check'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, swarmEngine, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
+import { engine, policiesOnSharedBridge, swarmEngine, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
 
 const LONG = process.env.PCX_DIFF_RUNS !== undefined
 const RUNS = Number(process.env.PCX_DIFF_RUNS ?? 200)
@@ -518,8 +518,10 @@ function createKept (doc: Doc, tenant: boolean, directDoc: Doc): unknown {
 // ---------------------------------------------------------------------------------------
 
 t.before(async () => {
-  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
-  swarmGw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`)
+  // The oracle is the engine's reading of the very body sent directly: tenants stay on the
+  // engine's bridge here (a redirected NetworkMode is the one difference by design, tested in tenant-networks).
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policiesOnSharedBridge())
+  swarmGw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${swarmEngine().socket}`, policiesOnSharedBridge())
   const base = await direct('POST', '/containers/create', { Image: IMAGE })
   const doc = (await direct('GET', `/containers/${String(base.json.Id)}/json`)).json
   defaultPaths = { MaskedPaths: doc.HostConfig.MaskedPaths, ReadonlyPaths: doc.HostConfig.ReadonlyPaths }

@@ -16,7 +16,7 @@ import { randomBytes } from 'node:crypto'
 import fc from 'fast-check'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
+import { engine, policiesOnSharedBridge, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
 
 const RUNS = Number(process.env.PCX_DIFF_RUNS ?? 150)
 const SECRET = randomBytes(32).toString('hex')
@@ -50,7 +50,8 @@ async function network (name: string, tenant: string): Promise<void> {
 }
 
 t.before(async () => {
-  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  // Tenants on the engine's bridge: the oracle is the engine's reading of the same body sent directly.
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policiesOnSharedBridge())
   for (let i = 0; i < 4; i++) {
     await container(`diff-${RUN}-a${i}`, TA)
     await container(`diff-${RUN}-b${i}`, TB)

@@ -17,7 +17,7 @@
 import { randomBytes } from 'node:crypto'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
+import { engine, policiesOnSharedBridge, startTestGateway, type TestGateway, request, type RawReply } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
@@ -53,7 +53,8 @@ async function createAsA (hostConfig: object, networking?: object): Promise<{ st
   return { status: r.status, hc: (await direct('GET', `/containers/${r.json.Id as string}/json`)).json.HostConfig }
 }
 
-t.before(async () => { gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`) })
+// Legacy links (HostConfig.Links) are the default bridge's: tenants stay on it here.
+t.before(async () => { gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policiesOnSharedBridge()) })
 t.teardown(async () => {
   for (const [kind, id] of made.reverse()) await direct('DELETE', kind === 'containers' ? `/containers/${id}?force=1&v=1` : `/networks/${id}`)
   await gw?.close()

@@ -22,7 +22,7 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { CLI28, engine, POLICIES, run, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
+import { CLI28, engine, POLICIES, policiesOnSharedBridge, run, servicesWithoutNoNewPrivileges, startTestGateway, swarmEngine, uniqueName, type RunResult, type TestGateway } from './helpers/gateway'
 
 const SYSTEM_PYTHON = '/usr/bin/python3'
 const COMPOSE = '/usr/bin/docker-compose'
@@ -148,7 +148,8 @@ let ta: Truth
 let tb: Truth
 
 t.before(async () => {
-  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  // Tenants on the engine's bridge: these views include the bridge's Containers, narrowed per tenant.
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policiesOnSharedBridge())
 })
 
 t.teardown(async () => {

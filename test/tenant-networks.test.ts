@@ -13,10 +13,10 @@ import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
-import { engine, policiesWith, request, startTestGateway, type RawReply } from './helpers/gateway'
+import { engine, POLICIES, request, startTestGateway, type RawReply } from './helpers/gateway'
 
-/** The shipped policies with tenants' own default networks on (tenancy.yaml networks.tenantDefault, shipped off). */
-const ownNetworks = (): string => policiesWith((y) => y.replace('  tenantDefault: false', '  tenantDefault: true'))
+/** The shipped policies (tenants' own default networks on: tenancy.yaml networks.tenantDefault). */
+const ownNetworks = (): string => POLICIES
 import { startEngine, stopEngine, type EngineInfo } from './engine/engine'
 
 const SECRET = randomBytes(32).toString('hex')
@@ -76,6 +76,22 @@ t.test('on the shared engine: a tenant\'s default create lands on its own networ
   const endpoint = (await direct('GET', `/containers/${ids[2]}/json`)).json.NetworkSettings.Networks[`${A}-default`]
   t.ok(endpoint?.Aliases?.includes('web'), 'the endpoint settings for "bridge" moved to the tenant\'s network')
 
+  // A legacy link (docker run --link) on the tenant's network: the engine reads it from the
+  // endpoint there, and the alias resolves to the linked container, as with --network <own>.
+  const web = await as(A)('POST', `/v1.41/containers/create?name=${fresh('web')}`, { Image: engine().image, Cmd: ['httpd', '-f', '-p', '8080', '-h', '/etc'] })
+  t.equal(web.status, 201)
+  ids.push(web.json.Id)
+  await direct('POST', `/containers/${web.json.Id as string}/start`)
+  const webName = String((await direct('GET', `/containers/${web.json.Id as string}/json`)).json.Name).slice(1)
+  const client = await as(A)('POST', `/v1.41/containers/create?name=${fresh('cl')}`, { Image: engine().image, Cmd: ['sh', '-c', 'printf \'GET /hostname HTTP/1.0\\r\\n\\r\\n\' | nc -w 3 db 8080 | grep -q "200 OK"'], HostConfig: { Links: [`${webName}:db`] } })
+  t.equal(client.status, 201, `a create with --link ${webName}:db (${client.text.trim()})`)
+  ids.push(client.json.Id)
+  const stored = (await direct('GET', `/containers/${client.json.Id as string}/json`)).json
+  t.same(stored.NetworkSettings.Networks[`${A}-default`]?.Links, [`${webName}:db`], 'the link is the endpoint\'s on A\'s network')
+  await direct('POST', `/containers/${client.json.Id as string}/start`)
+  const waited = await direct('POST', `/containers/${client.json.Id as string}/wait`)
+  t.equal(waited.json?.StatusCode, 0, 'the link name resolves: the linked container answers on A\'s network')
+
   // The tenant sees it as its own; the other tenant does not see it, nor can it take the name.
   const listA = (await as(A)('GET', '/v1.41/networks')).json.map((n: any) => n.Name)
   t.ok(listA.includes(`${A}-default`), 'A lists its default network')
@@ -133,4 +149,40 @@ t.test('on an engine with its firewall on: tenants\' default containers cannot r
   await new Promise((resolve) => setTimeout(resolve, 500))
   t.ok(await reaches(direct, await ipOf(webBridge)), 'two containers on the plain bridge reach each other')
   t.notOk(await reaches(direct, ipA), 'and a container on the bridge cannot reach A\'s network')
+})
+
+t.test('an engine out of address pools: the tenant\'s create fails loudly, naming the setting, and nothing is made', async (t) => {
+  // Two /24s: the engine's bridge takes one, tenant A's network the other.
+  const small: EngineInfo = await startEngine(fs.mkdtempSync('/tmp/pcx-'), { addressPools: [{ base: '10.99.0.0/23', size: 24 }] })
+  t.teardown(async () => { await stopEngine(small) })
+  const gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${small.socket}`, ownNetworks())
+  t.teardown(async () => { await gw.close() })
+  const direct = async (m: string, p: string, b?: object): Promise<RawReply> => await request(small.socket, m, p, b)
+  const as = (tenant: string) => async (m: string, p: string, b?: object): Promise<RawReply> => await request(gw.socket, m, p, b, { token: TOKEN[tenant] })
+  const a = await as(A)('POST', `/v1.41/containers/create?name=${fresh('a')}`, { Image: small.image, Cmd: ['true'] })
+  t.equal(a.status, 201, `A's first container gets A's network (${a.text.trim()})`)
+  const b = await as(B)('POST', `/v1.41/containers/create?name=${fresh('b')}`, { Image: small.image, Cmd: ['true'] })
+  t.equal(b.status, 502, 'B\'s create fails: no pool is left for B\'s network')
+  t.match(b.json?.message, /default network .*tenant .*ContainerCreate.*address pool.*default-address-pools/s, `the message names the cause and the setting (${String(b.json?.message)})`)
+  const mine = (await direct('GET', `/containers/json?all=1&filters=${encodeURIComponent(JSON.stringify({ name: [B] }))}`)).json
+  t.same(mine, [], 'no container of B was created')
+  const nets = (await direct('GET', '/networks')).json.map((n: { Name: string }) => n.Name)
+  t.notOk(nets.some((n: string) => n.startsWith(B)), 'and no network of B')
+  // A removed default network is made again on the next create (here: A's, after its container is gone).
+  await direct('DELETE', `/containers/${a.json.Id as string}?force=1`)
+  const rm = await as(A)('DELETE', `/v1.41/networks/${A}-default`)
+  t.equal(rm.status, 204, `A may remove its own default network (${rm.text.trim()})`)
+  const again = await as(A)('POST', `/v1.41/containers/create?name=${fresh('a2')}`, { Image: small.image, Cmd: ['true'] })
+  t.equal(again.status, 201, 'A\'s next create makes it again')
+  t.equal((await direct('GET', `/containers/${again.json.Id as string}/json`)).json.HostConfig.NetworkMode, `${A}-default`, 'and uses it')
+  // A prune leaves it, as an engine's prune leaves its bridge: only A's other unused networks go.
+  await direct('DELETE', `/containers/${again.json.Id as string}?force=1`)
+  const spareName = fresh('spare')
+  // (made for A by the admin, with an address range of its own: this engine's pools are spent)
+  const spare = await direct('POST', '/networks/create', { Name: spareName, IPAM: { Config: [{ Subnet: '10.98.0.0/24' }] }, Labels: { 'io.portcullis.tenant': A, 'io.portcullis.subject': 'nina' } })
+  t.equal(spare.status, 201, `an unused network of A's (${spare.text.trim()})`)
+  const pruned = await as(A)('POST', '/v1.41/networks/prune')
+  t.equal(pruned.status, 200)
+  t.same(pruned.json.NetworksDeleted, [spareName], 'A\'s prune removed its unused network...')
+  t.equal((await direct('GET', `/networks/${A}-default`)).status, 200, '...but not its default network')
 })

@@ -15,7 +15,7 @@
  *   builds: { buildkit: false, memory: 2GiB }   # BuildKit sessions; each classic build step's memory limit (default and maximum)
  *   builds: { runAsRoot: users }      # never | users | always: who may run RUN steps as root (users: as `users` lets containers)
  *   services: { withoutNoNewPrivileges: false }  # tenants' services on engines whose API cannot set no-new-privileges
- *   networks: { tenantDefault: false, defaultName: "{tenant}-default" }   # a tenant's default network: its own
+ *   networks: { tenantDefault: true, defaultName: "{tenant}-default" }    # a tenant's default network: its own
  *   redact:
  *     env:                            # environment values in answers, per role
  *       - { roles: [readonly, auditor], keys: all }   # all | sensitive | [name patterns]
@@ -158,7 +158,7 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   quotas: Object.freeze({ default: Object.freeze({}), tenants: Object.freeze({}) }),
   builds: Object.freeze({ buildkit: false, memory: 2 * 1024 ** 3, runAsRoot: 'users' as const }),
   services: Object.freeze({ withoutNoNewPrivileges: false }),
-  networks: Object.freeze({ tenantDefault: false, defaultName: '{tenant}-default' }),
+  networks: Object.freeze({ tenantDefault: true, defaultName: '{tenant}-default' }),
   redact: Object.freeze({ env: DEFAULT_ENV_REDACTION }),
   // nobody:nogroup; root for nobody, not even on a remapping engine, unless the file says so
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false, ownFreshVolumes: true }),

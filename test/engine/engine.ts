@@ -206,6 +206,8 @@ export interface EngineOptions {
    * host's. Networks are then isolated from each other as on a production engine.
    */
   iptables?: boolean;
+  /** dockerd's default-address-pools (default: 10.64.0.0/12 in /24s, room for 4,096 tenant networks). */
+  addressPools?: ReadonlyArray<{ base: string, size: number }>;
 }
 
 /** The first host uid and gid of a remapping engine's containers (usernsRemap). */
@@ -267,7 +269,8 @@ function spawnDockerd (info: EngineInfo, dockerd: string, options: EngineOptions
   // Own config file, so /etc/docker/daemon.json is not read, and the daemon key
   // (which also gives the engine its ID) is not shared via /etc/docker/key.json.
   const config = path.join(dir, 'daemon.json')
-  fs.writeFileSync(config, JSON.stringify({ 'deprecated-key-path': path.join(dir, 'key.json') }) + '\n')
+  // Small address pools, as the README asks of operators: every tenant gets a bridge network of its own (tenancy.yaml networks.tenantDefault).
+  fs.writeFileSync(config, JSON.stringify({ 'deprecated-key-path': path.join(dir, 'key.json'), 'default-address-pools': options.addressPools ?? [{ base: '10.64.0.0/12', size: 24 }] }) + '\n')
   const dockerdArgs = [
     `--host=${info.dockerHost}`,
     `--data-root=${path.join(dir, 'data')}`,

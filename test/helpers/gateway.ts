@@ -238,3 +238,12 @@ export function servicesWithoutNoNewPrivileges (text: string): string {
   if (out === text) throw new Error('tenancy.yaml has no services.withoutNoNewPrivileges: false to switch')
   return out
 }
+
+/**
+ * A copy of the shipped policies with tenants on the engine's shared bridge (tenancy.yaml
+ * networks.tenantDefault off): for tests of what only the default bridge has (legacy
+ * links) or whose oracle is the exact body a client sent.
+ */
+export function policiesOnSharedBridge (): string {
+  return policiesWith((text) => text.replace(/^ {2}tenantDefault: true$/m, '  tenantDefault: false'))
+}

@@ -507,12 +507,36 @@ async function tenantDefaultNetwork (call: Call, mode: string): Promise<void> {
   if (!modeIsBridge && defaults.length === 0) return
   const name = await ensureDefaultNetwork(call)
   if (modeIsBridge) call.setBody(['HostConfig', 'NetworkMode'], name)
-  if (defaults.length === 0) return
+  // Legacy links are the default bridge's; on a user-defined network the engine reads them
+  // from the endpoint, where the docker CLI puts them itself for `--network <net> --link`
+  // (cli/command/container/opts.go parseNetworkOpts): the link names resolve there by DNS.
+  const links = bodyAt(call, 'HostConfig', 'Links')
+  const linked = modeIsBridge && Array.isArray(links) && links.length > 0 && keys.every((k) => defaults.includes(k))
+  if (defaults.length === 0 && !linked) return
   // One endpoint for the default network, as the engine reads it (API 1.41 takes one network at create).
   const moved: Record<string, unknown> = {}
   for (const k of keys) if (!defaults.includes(k)) moved[k] = endpoints[k]
-  moved[name] = endpoints[defaults.find((k) => k === mode) ?? defaults[0]]
+  const given = defaults.length ? endpoints[defaults.find((k) => k === mode) ?? defaults[0]] : undefined
+  if (linked) {
+    const endpoint = given !== null && typeof given === 'object' ? given as Record<string, unknown> : {}
+    const own = Array.isArray(endpoint.Links) ? endpoint.Links as unknown[] : []
+    // The network's DNS knows containers by name, not by the full id the create's links were pinned to.
+    const named = await Promise.all(links.map(async (l: unknown) => await linkByName(call, str(l))))
+    moved[name] = { ...endpoint, Links: [...own, ...named.filter((l) => !own.includes(l))] }
+  } else {
+    moved[name] = given
+  }
   call.setBody(['NetworkingConfig', 'EndpointsConfig'], moved)
+}
+
+/** A link `container:alias` whose container is a full id, with the container's name instead (the other forms as they are). */
+async function linkByName (call: Call, link: string): Promise<string> {
+  const at = link.indexOf(':')
+  const ref = at < 0 ? link : link.slice(0, at)
+  if (!/^[0-9a-f]{64}$/.test(ref)) return link
+  const name = str((await call.r.get(`/containers/${ref}/json`)).body?.Name).replace(/^\//, '')
+  if (name === '') return link
+  return at < 0 ? `${name}:${name}` : `${name}${link.slice(at)}`
 }
 
 /**
@@ -548,6 +572,9 @@ async function ensureDefaultNetwork (call: Call): Promise<string> {
 
 const ENSURING = new WeakMap<object, Map<string, Promise<string>>>()
 
+/** Marks the networks the gateway made as tenants' default networks (kept from the tenant's prune). */
+const DEFAULT_NETWORK_LABEL = 'io.portcullis.default-network'
+
 async function createDefaultNetwork (call: Call, name: string): Promise<string> {
   for (let attempt = 0; attempt < 2; attempt++) {
     const res = await call.r.network(name, call.tenant)
@@ -562,10 +589,15 @@ async function createDefaultNetwork (call: Call, name: string): Promise<string> 
       CheckDuplicate: true,
       // Podman isolates a network from its other networks only when asked (netavark/CNI `isolate`).
       ...(engine === 'podman' ? { Options: { isolate: 'true' } } : {}),
-      Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject },
+      Labels: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject, [DEFAULT_NETWORK_LABEL]: 'true' },
     })
     if (r.status < 300) return name
-    if (r.status !== 409) throw new GatewayError('UPSTREAM_FAILED', `cannot create the tenant's default network ${name}: ${str((r.body as any)?.message)}`)
+    if (r.status !== 409) {
+      const message = str((r.body as any)?.message)
+      // dockerd's defaults hold about 30 bridge networks: the operator's to widen, not the tenant's to fix.
+      const hint = /address pool/i.test(message) ? '; the engine has no address pool left for another bridge network: give dockerd more, smaller pools (daemon.json "default-address-pools", e.g. base 10.64.0.0/12, size 24) or turn off tenancy.yaml networks.tenantDefault' : ''
+      throw new GatewayError('UPSTREAM_FAILED', `cannot create the tenant's default network ${name} for tenant ${call.tenant}'s ${call.op.id}: ${message}${hint}`)
+    }
   }
   throw new GatewayError('UPSTREAM_FAILED', `cannot create the tenant's default network ${name}: it was created and removed while the gateway looked`)
 }
@@ -1054,15 +1086,16 @@ const networkInspect: Handler = async (call) => {
 
 const networkConnect: Handler = async (call) => {
   const res = await ownOrSharedNetwork(call, call.params.id)
+  call.setParam('id', networkRef(call, res, call.params.id))
+  const c = str(bodyAt(call, 'Container'))
+  // The engine answers a missing container to connect or disconnect with its 404: another
+  // tenant's container is missing before anything else is said about the request.
+  const forced = call.op.id === 'NetworkDisconnect' && bodyAt(call, 'Force') === true
+  const id = await own(call, 'container', c, forced ? 'endpoint' : 'path')
   // The engine's bridge is shared by every tenant: with tenants on their own default network, not theirs to join.
   if (call.op.id === 'NetworkConnect' && res.state === 'shared' && res.name === 'bridge' && call.settings.networks.tenantDefault && await call.r.engine() !== 'podman') {
     throw refuse('tenant-default-network', `the engine's bridge network is shared by all tenants: tenant ${call.tenant}'s containers use ${defaultNetworkName(call.settings, call.tenant)} instead (tenancy.yaml networks.tenantDefault)`)
   }
-  call.setParam('id', networkRef(call, res, call.params.id))
-  const c = str(bodyAt(call, 'Container'))
-  // The engine answers a missing container to connect or disconnect with its 404.
-  const forced = call.op.id === 'NetworkDisconnect' && bodyAt(call, 'Force') === true
-  const id = await own(call, 'container', c, forced ? 'endpoint' : 'path')
   if (id !== c) call.setBody(['Container'], id)
   const userDefined = res.state === 'own'
   if (call.names.private && userDefined && call.op.id === 'NetworkConnect') {
@@ -1540,7 +1573,12 @@ export const handlers: Readonly<Record<string, Handler>> = {
   NetworkCreate: networkCreate,
   NetworkConnect: networkConnect,
   NetworkDisconnect: networkConnect,
-  NetworkPrune: prunedNames('network', 'NetworksDeleted', labelFiltered()),
+  // The tenant's default network is its `bridge`, which a prune never removes.
+  NetworkPrune: prunedNames('network', 'NetworksDeleted', labelFiltered((call) => {
+    const f = parseFilters(call.query)
+    f.set('label!', new Set([...(f.get('label!') ?? []), DEFAULT_NETWORK_LABEL]))
+    call.setQuery('filters', serializeFilters(f))
+  })),
   // Plugins
   // Plugins are engine-wide: a tenant has none (so that `docker inspect NAME` still
   // answers "no such object" after trying every kind), and may not manage any.
