@@ -8,7 +8,7 @@
  * `buildInput` is the one place that knows the shape of the policy input.
  */
 import { numberOf } from '../api/body/number'
-import { capability, cleanHostPath, followsLinks, goAtoi, localVolume, logSize, optionTokens, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
+import { capability, cleanHostPath, followsLinksIn, goAtoi, localVolume, logSize, optionTokens, readMountTable, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
 import { libpodFacts } from './libpod-facts'
 
 export { capability, cleanHostPath, localVolume, resolveHostPath, securityOption, type Facts, type HostPathMode, type Namespaces, type PolicyInput, type Ulimit } from './fields'
@@ -355,6 +355,8 @@ function int64 (v: string | undefined): number {
 function resolveHostPaths (f: Facts, mode: HostPathMode): void {
   const given = [...new Set(f.hostPaths)]
   f.hostPaths = []
+  // The mount table is read once for this judgement's paths, when one resolves.
+  let table: ReturnType<typeof readMountTable> | undefined
   for (const p of given) {
     // A relative path is the engine's working directory's (Podman reads `./x` and a
     // relative Mounts source so), which the gateway does not know: as written, it lies
@@ -367,7 +369,7 @@ function resolveHostPaths (f: Facts, mode: HostPathMode): void {
     const real = mode === 'shared' ? resolveHostPath(p) : null
     f.hostPaths.push(real ?? cleanHostPath(p))
     if (real === null) f.unresolvedHostPaths.push(cleanHostPath(p))
-    if (real === null || followsLinks(real)) f.linkFollowingHostPaths.push(real ?? cleanHostPath(p))
+    if (real === null || followsLinksIn(real, table === undefined ? (table = readMountTable()) : table)) f.linkFollowingHostPaths.push(real ?? cleanHostPath(p))
   }
   f.hostPaths = [...new Set(f.hostPaths)]
   f.unresolvedHostPaths = [...new Set(f.unresolvedHostPaths)]

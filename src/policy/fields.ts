@@ -162,16 +162,16 @@ export function cleanHostPath (p: string): string {
  * the longest mount point containing it, has the per-mount option `nosymfollow`. True
  * when the table cannot be read: a mount the gateway cannot see is not proven.
  */
-export function followsLinks (p: string, mountinfo = '/proc/self/mountinfo'): boolean {
-  let text: string
-  try {
-    text = fs.readFileSync(mountinfo, 'utf8')
-  } catch {
-    return true
-  }
+export function followsLinks (p: string, mountinfo = SELF_MOUNTINFO): boolean {
+  return followsLinksIn(p, readMountTable(mountinfo))
+}
+
+/** followsLinks on a table read once for several paths of one judgement (null: unreadable, every path follows links). */
+export function followsLinksIn (p: string, table: MountTable | null): boolean {
+  if (table === null) return true
   let best = ''
   let options: readonly string[] = []
-  for (const m of mountTable(text)) {
+  for (const m of table) {
     const under = m.point === '/' || p === m.point || p.startsWith(`${m.point}/`)
     if (under && m.point.length >= best.length) {
       best = m.point
@@ -181,24 +181,67 @@ export function followsLinks (p: string, mountinfo = '/proc/self/mountinfo'): bo
   return best === '' || !options.includes('nosymfollow')
 }
 
+export type MountTable = ReadonlyArray<{ point: string, options: readonly string[] }>
+
+const SELF_MOUNTINFO = '/proc/self/mountinfo'
+
+/**
+ * The mount table as it is now, or null when it cannot be read. The process's own table
+ * is read through one descriptor kept open: a read from offset 0 of a seq_file makes the
+ * kernel generate the text anew (mounts and unmounts since are in it; checked with a
+ * mount in a private namespace), and it spares the open, fstat and close that were most
+ * of a create's policy time after the parse (issue 21). Any error closes the descriptor
+ * and reads the file the ordinary way, once.
+ */
+export function readMountTable (mountinfo = SELF_MOUNTINFO): MountTable | null {
+  if (mountinfo === SELF_MOUNTINFO) {
+    const bytes = readSelfMountinfo()
+    if (bytes !== null) return mountTable(bytes)
+  }
+  try {
+    return mountTable(fs.readFileSync(mountinfo))
+  } catch {
+    return null
+  }
+}
+
+let selfFd = -1
+let selfBuf = Buffer.allocUnsafe(64 * 1024)
+function readSelfMountinfo (): Buffer | null {
+  try {
+    if (selfFd < 0) selfFd = fs.openSync(SELF_MOUNTINFO, 'r')
+    for (;;) {
+      const n = fs.readSync(selfFd, selfBuf, 0, selfBuf.length, 0)
+      // A full buffer may have cut the table: read it again, whole, into a larger one.
+      if (n < selfBuf.length) return selfBuf.subarray(0, n)
+      selfBuf = Buffer.allocUnsafe(selfBuf.length * 2)
+    }
+  } catch {
+    if (selfFd >= 0) try { fs.closeSync(selfFd) } catch { /* already gone */ }
+    selfFd = -1
+    return null
+  }
+}
+
 /**
  * The mount points and options of a mountinfo text, parsed once per distinct text: the
  * table is read anew for every judgement (mounts change), but splitting a host's
  * hundreds of lines again when nothing changed was most of a create's policy time.
  */
-let parsedText = ''
-let parsedTable: ReadonlyArray<{ point: string, options: readonly string[] }> = []
-function mountTable (text: string): ReadonlyArray<{ point: string, options: readonly string[] }> {
-  if (text === parsedText) return parsedTable
+let parsedBytes = Buffer.alloc(0)
+let parsedTable: MountTable = []
+function mountTable (bytes: Buffer): MountTable {
+  if (bytes.equals(parsedBytes)) return parsedTable
   const table: Array<{ point: string, options: readonly string[] }> = []
-  for (const line of text.split('\n')) {
+  for (const line of bytes.toString('utf8').split('\n')) {
     const fields = line.split(' ')
     if (fields.length < 6) continue
     // mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
     const point = fields[4].replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)))
     table.push({ point, options: fields[5].split(',') })
   }
-  parsedText = text
+  // A copy: the bytes may be the reused read buffer.
+  parsedBytes = Buffer.from(bytes)
   parsedTable = table
   return table
 }
