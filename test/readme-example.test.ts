@@ -21,7 +21,10 @@ import { CLI28, engine, POLICIES, run } from './helpers/gateway'
 const ROOT = path.resolve(__dirname, '../..')
 const README = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8')
 const HEADING = '## Two tenants, worked example'
-const CONTAINERS = ['acme-web', 'globex-db']
+// The example's objects as the engine names them (per-tenant names: `<tenant>.<name>`).
+const CONTAINERS = ['acme.web', 'globex.web']
+const VOLUMES = ['acme.data', 'globex.data']
+const NETWORKS = ['acme.net', 'globex.net']
 
 interface Block { lang: string, text: string }
 interface Command { command: string, expected: string[] }
@@ -66,9 +69,14 @@ t.test('README: two tenants, worked example', async (t) => {
   fs.cpSync(POLICIES, path.join(dir, 'policies'), { recursive: true })
 
   const hadBusybox = (await run(CLI28, ['image', 'inspect', 'busybox:latest'], { host: engine().dockerHost })).code === 0
-  await direct(['rm', '-f', ...CONTAINERS])
-  t.teardown(async () => {
+  const clean = async (): Promise<void> => {
     await direct(['rm', '-f', ...CONTAINERS])
+    await direct(['volume', 'rm', '-f', ...VOLUMES])
+    await direct(['network', 'rm', ...NETWORKS])
+  }
+  await clean()
+  t.teardown(async () => {
+    await clean()
     if (!hadBusybox) await direct(['rmi', 'busybox:latest'])
   })
 

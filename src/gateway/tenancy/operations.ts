@@ -426,7 +426,9 @@ const containerCreate: Handler = async (call) => {
   noRoleLabels(call, ['Labels'])
   stamp(call, ['Labels'])
   // Fresh named volumes get their root owned by the container's user (volume-owner.ts).
-  const ownVolumes = await freshVolumeOwner(call, hc, newVolumes)
+  // The HostConfig as it will be forwarded: under per-tenant names its volume names are
+  // the engine's (qualified) ones, as newVolumes are; `hc` still holds the client's.
+  const ownVolumes = await freshVolumeOwner(call, bodyAt(call, 'HostConfig'), newVolumes)
   // The created container counts from its answer on, whether or not the engine's create
   // event has reached the gateway yet (the reservation ends once the answer is out).
   call.respond = {

@@ -23,7 +23,11 @@ import { BLOCK, endOfArchive, writeHeader } from './tar'
 
 interface VolumeMount { readonly name: string, readonly dest: string }
 
-/** The named volumes a create mounts read-write, with their mount points, as the engine reads Binds and Mounts. */
+/**
+ * The named volumes a create mounts read-write, with their mount points, as the engine reads
+ * Binds and Mounts. `hc` is the HostConfig as forwarded: engine (qualified) names under
+ * `names: private`, the ones `newVolumes` holds and the engine's filters match.
+ */
 function namedMounts (hc: any): VolumeMount[] {
   const out: VolumeMount[] = []
   for (const b of list(hc?.Binds)) {
@@ -114,6 +118,6 @@ async function ownRoot (call: Call, id: string, m: VolumeMount, uid: number, gid
   if (put.statusCode !== 200) {
     // The client gets no container it cannot use as asked: removed, and the reason named.
     await (await call.r.raw('DELETE', `/containers/${id}?force=1`)).body.dump()
-    throw new GatewayError('CONFLICT', `ContainerCreate for tenant ${call.tenant}: cannot give volume ${m.name}'s root to ${uid}:${gid} (users.ownFreshVolumes): ${text.slice(0, 200)}`)
+    throw new GatewayError('CONFLICT', `ContainerCreate for tenant ${call.tenant}: cannot give volume ${call.names.plain('volume', m.name)}'s root to ${uid}:${gid} (users.ownFreshVolumes): ${text.slice(0, 200)}`)
   }
 }
