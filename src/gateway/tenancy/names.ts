@@ -269,11 +269,28 @@ export class Names {
     const attrs = out.Attributes
     if (attrs !== null && typeof attrs === 'object') {
       let at = attrs
-      if (typeof at.image === 'string') at = withField(at, 'image', this.plainImage(at.image))
+      // A commit event names the new image's reference in `imageRef`.
+      for (const key of ['image', 'imageRef']) if (typeof at[key] === 'string') at = withField(at, key, this.plainImage(at[key]))
       if (e.Type === 'image' && typeof at.name === 'string') at = withField(at, 'name', this.plainImage(at.name))
       out = withField(out, 'Attributes', at)
     }
     if (e.Type === 'image' && typeof out.ID === 'string') out = withField(out, 'ID', this.plainImage(out.ID))
+    return out
+  }
+
+  /**
+   * A line of a build's, load's or commit's progress stream (`{"stream":"Successfully
+   * tagged portcullis.invalid/team-a/myapp:latest\n"}`, `Loaded image: ...`) in the
+   * tenant's image names.
+   */
+  progress<T> (line: T): T {
+    if (this.imagePrefix === null || line === null || typeof line !== 'object') return line
+    let out: any = line
+    for (const key of ['stream', 'status', 'error']) {
+      if (typeof out[key] === 'string') out = withField(out, key, this.imageText(out[key]))
+    }
+    const detail = out.errorDetail
+    if (detail !== null && typeof detail === 'object' && typeof detail.message === 'string') out = withField(out, 'errorDetail', withField(detail, 'message', this.imageText(detail.message)))
     return out
   }
 

@@ -953,6 +953,8 @@ const imageBuild: Handler = async (call) => {
     const roleKeys = Object.keys(labels).filter((k) => /^io\.portcullis\.roles?$/i.test(k))
     if (roleKeys.length > 0) throw refuse('role-labels', `labels that give a container roles are set by an admin only (${roleKeys.map((k) => JSON.stringify(k)).join(', ')})`)
   }
+  // Per-tenant image names: "Successfully tagged myapp:latest", as on a private engine.
+  if (call.names.privateImages) call.respond = { kind: 'lines', keep: async () => true, view: (l: any) => call.names.progress(l) }
   call.setQuery('labels', JSON.stringify({ ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }))
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
 }
@@ -1081,6 +1083,8 @@ const imageLoad: Handler = async (call) => {
     labels,
     checkTriggers: async (triggers) => { await judgeTriggers('', triggers, async (ref) => await buildImage(call, ref)) },
   })
+  // Per-tenant image names: "Loaded image: myapp:latest".
+  if (call.names.privateImages) call.respond = { kind: 'lines', keep: async () => true, view: (l: any) => call.names.progress(l) }
   call.patch.push({ op: 'add', path: '/body/config/Labels', value: labels })
 }
 
