@@ -153,6 +153,7 @@ t.test('a container\'s image, commit, import, load and remove in plain names', a
   // Remove: a's own tag only; b's stays.
   const rmi = await as('a', ['rmi', 'myapp:v2'])
   t.equal(rmi.code, 0, 'a: docker rmi myapp:v2', out(rmi))
+  t.equal(rmi.stdout.toString().trim(), 'Untagged: myapp:v2', 'rmi\'s answer in plain names')
   t.equal(await inspectDirect(engineName(TA, 'myapp:v2')), null, 'a\'s myapp:v2 is gone')
   t.ok(await inspectDirect(engineName(TB, 'myapp:v2')), 'b\'s myapp:v2 stays')
 })

@@ -784,7 +784,7 @@ function newImageName (call: Call, ref: string, what: string): string {
 function mustBeInNamespace (call: Call, ref: string, what: string): void {
   const parsed = parseImageRef(ref)
   // The tenants' image host holds each tenant's names under its own name only.
-  if (parsed?.registry === TENANT_IMAGE_HOST && !parsed.path.startsWith(`${call.tenant}/`)) {
+  if (call.names.privateImages && parsed?.registry === TENANT_IMAGE_HOST && !parsed.path.startsWith(`${call.tenant}/`)) {
     throw refuse('image-namespace', `${what} ${JSON.stringify(ref)} names registry ${TENANT_IMAGE_HOST}, which holds tenants' private image names: name it without a registry`)
   }
   if (!parsed || !inNamespace(parsed, call.namespace)) {
@@ -877,6 +877,7 @@ const imageTag: Handler = async (call) => {
 const imageDelete: Handler = async (call) => {
   const ref = call.params.name
   const res = await visibleImage(call, ref)
+  if (call.names.privateImages) call.viewAnswer((b) => untaggedPlain(call, b, false))
   // The tenant's own name: its engine name is untagged, as on a private engine.
   if (res.sent !== ref) { call.setParam('name', res.sent); return }
   const parsed = looksLikeImageId(ref) ? null : parseImageRef(ref)
@@ -957,6 +958,19 @@ const imageBuild: Handler = async (call) => {
   if (call.names.privateImages) call.respond = { kind: 'lines', keep: async () => true, view: (l: any) => call.names.progress(l) }
   call.setQuery('labels', JSON.stringify({ ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }))
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
+}
+
+/** An image remove's (a list) or prune's (`ImagesDeleted`) `Untagged` names in the tenant's names. */
+function untaggedPlain (call: Call, body: any, prune: boolean): unknown {
+  const plain = (xs: unknown): unknown => {
+    if (!Array.isArray(xs)) return xs
+    const out = xs.map((x) => x !== null && typeof x === 'object' && typeof x.Untagged === 'string' && call.names.plainImage(x.Untagged) !== x.Untagged ? { ...x, Untagged: call.names.plainImage(x.Untagged) } : x)
+    return out.every((x, i) => x === xs[i]) ? xs : out
+  }
+  if (!prune) return plain(body)
+  if (body === null || typeof body !== 'object') return body
+  const deleted = plain(body.ImagesDeleted)
+  return deleted === body.ImagesDeleted ? body : { ...body, ImagesDeleted: deleted }
 }
 
 /** A commit's or import's `repo` and `tag`: the name checked, and the engine's name sent (one `repo` carrying the tag). */
@@ -1613,7 +1627,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageTag: imageTag,
   ImageDelete: imageDelete,
   ImageSearch: open,
-  ImagePrune: labelFiltered(),
+  ImagePrune: labelFiltered((call) => { if (call.names.privateImages) call.viewAnswer((b) => untaggedPlain(call, b, true)) }),
   ImageCommit: imageCommit,
   ImageGet: async (call) => { await pathImage(call) },
   ImageGetAll: imageGetAll,
