@@ -105,3 +105,25 @@ t.test('tenancy.yaml names: engine (default), private, anything else an error', 
   t.equal(compileTenancy(path.resolve(__dirname, '../../policies/tenancy.yaml'), 'tenancy.yaml', shipped).names, 'engine', 'shipped off')
   t.same(shipped, [])
 })
+
+// Per-tenant image names (names.ts qualifyImage / plainImage).
+t.test('image names: Docker Hub names under portcullis.invalid/<tenant>/, reversible, registry names and ids untouched', async (t) => {
+  const a = new Names('team-a')
+  t.equal(a.qualifyImage('myapp'), 'portcullis.invalid/team-a/myapp')
+  t.equal(a.qualifyImage('myapp:v2'), 'portcullis.invalid/team-a/myapp:v2')
+  t.equal(a.qualifyImage('library/myapp'), 'portcullis.invalid/team-a/myapp', 'library/ is the plain name, as the engine reads it')
+  t.equal(a.qualifyImage('docker.io/team/app:1'), 'portcullis.invalid/team-a/team/app:1')
+  t.equal(a.qualifyImage('team-b/app'), 'portcullis.invalid/team-a/team-b/app', 'another tenant\'s name lands under a\'s prefix')
+  t.equal(a.qualifyImage(`app@sha256:${'a'.repeat(64)}`), `portcullis.invalid/team-a/app@sha256:${'a'.repeat(64)}`)
+  for (const ref of ['registry:5000/team-a/app', 'localhost/app', 'portcullis.invalid/team-b/app', `sha256:${'b'.repeat(64)}`, 'b'.repeat(64), 'Bad']) {
+    t.equal(a.qualifyImage(ref), null, `${ref}: not a tenant's private name`)
+  }
+  for (const name of ['myapp:latest', 'team/app:1', 'app@sha256:' + 'c'.repeat(64)]) t.equal(a.plainImage(a.qualifyImage(name)!), name, `${name} round-trips`)
+  t.equal(a.plainImage('portcullis.invalid/team-b/app:1'), 'portcullis.invalid/team-b/app:1', 'another tenant\'s prefix is never taken off')
+  t.same(a.image({ RepoTags: ['portcullis.invalid/team-a/x:1', 'busybox:latest'] }).RepoTags, ['x:1', 'busybox:latest'])
+  t.equal(a.text('No such image: portcullis.invalid/team-a/x:1'), 'No such image: x:1')
+  t.throws(() => new Names('Team-A').qualifyImage('x'), /cannot hold private image names/, 'a tenant that is no repository component is refused')
+  const off = new Names(null)
+  t.equal(off.qualifyImage('myapp'), 'myapp', 'names: engine qualifies nothing')
+  t.equal(off.plainImage('portcullis.invalid/team-a/x:1'), 'portcullis.invalid/team-a/x:1')
+})

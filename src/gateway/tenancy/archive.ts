@@ -46,6 +46,8 @@ export { BLOCK, padding } from './tar'
 export interface ArchiveScope {
   /** Checks one of the archive's tags (`team-a/app:1`); throws the refusal. */
   readonly checkTag: (ref: string) => void
+  /** The engine's name for a checked tag (per-tenant image names: names.ts); the tag itself when absent. */
+  readonly engineTag?: (ref: string) => string
   /** The labels every loaded image's config gets. */
   readonly labels: Readonly<Record<string, string>>
   /** Judges the ONBUILD triggers an image config stores (`config.OnBuild`); throws the refusal. */
@@ -200,7 +202,7 @@ async function * rewrite (source: AsyncIterable<Buffer>, scope: ArchiveScope): A
   }
   const items = images.map((i) => ({
     Config: configs.get(i.config)!.name,
-    RepoTags: i.tags,
+    RepoTags: scope.engineTag ? i.tags.map(scope.engineTag) : i.tags,
     Layers: i.layers,
     ...(i.layerSources !== undefined ? { LayerSources: i.layerSources } : {}),
   }))

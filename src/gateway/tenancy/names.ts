@@ -12,7 +12,9 @@
  *
  * Admins and other unscoped roles are never qualified: they see the engine's names.
  */
+import { parseImageRef } from './images'
 import { PREDEFINED_NETWORKS } from './lookup'
+import { refuse } from './refusal'
 
 export type NamedKind = 'container' | 'network' | 'volume'
 
@@ -41,12 +43,24 @@ function mapList (xs: unknown, f: (x: any) => unknown): unknown {
   return out.every((x, i) => x === xs[i]) ? xs : out
 }
 
+// Per-tenant image names (docs/tenancy.md "Per-tenant names").
+/**
+ * The registry host of tenants' image names on the engine: `.invalid` is reserved (RFC
+ * 2606), so no registry answers for it and no pull can put an image there.
+ */
+export const TENANT_IMAGE_HOST = 'portcullis.invalid'
+/** One repository path component (distribution/reference): a tenant must be one to hold image names. */
+const IMAGE_COMPONENT = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/
+
 export class Names {
   private readonly prefix: string
+  /** `portcullis.invalid/<tenant>/`: the engine form of the tenant's image names; null when the tenant cannot hold one. */
+  private readonly imagePrefix: string | null
 
   /** `tenant` null: names are the engine's (names: engine, or an unscoped role). */
   constructor (readonly tenant: string | null) {
     this.prefix = tenant === null ? '' : `${tenant}.`
+    this.imagePrefix = tenant !== null && IMAGE_COMPONENT.test(tenant) ? `${TENANT_IMAGE_HOST}/${tenant}/` : null
   }
 
   get private (): boolean { return this.tenant !== null }
@@ -83,7 +97,7 @@ export class Names {
   text (message: string): string {
     if (this.tenant === null) return message
     const at = new RegExp(`(^|[^a-zA-Z0-9_.-])${this.tenant.replace(/[-]/g, '\\-')}\\.(?=[a-zA-Z0-9])`, 'g')
-    return message.replace(at, '$1')
+    return this.imageText(message).replace(at, '$1')
   }
 
   /** A `/child:/parent/alias` link as the engine shows it in HostConfig.Links. */
@@ -140,7 +154,7 @@ export class Names {
     out = withField(out, 'Mounts', mapList(out.Mounts, (m) => m?.Type === 'volume' && typeof m.Name === 'string' ? withField(m, 'Name', this.plain('volume', m.Name)) : m))
     const ns = out.NetworkSettings
     if (ns !== null && typeof ns === 'object') out = withField(out, 'NetworkSettings', withField(ns, 'Networks', this.networksMap(ns.Networks)))
-    return out
+    return this.containerImage(out)
   }
 
   /** A network as its list and inspect show it: Name, and its containers' names. */
@@ -186,7 +200,98 @@ export class Names {
       a = withField(a, 'Attributes', at)
     }
     if (e.Type === 'volume' && typeof a.ID === 'string') a = withField(a, 'ID', this.plain('volume', a.ID))
-    return withField(ev, 'Actor', a)
+    a = this.imageEvent(e, a)
+    let out = withField(ev, 'Actor', a) as any
+    // The legacy top-level fields: a container event's `from` (its image), an image event's `id`.
+    if (this.imagePrefix !== null && typeof out.from === 'string') out = withField(out, 'from', this.plainImage(out.from))
+    if (this.imagePrefix !== null && e.Type === 'image' && typeof out.id === 'string') out = withField(out, 'id', this.plainImage(out.id))
+    return out
+  }
+
+  // Per-tenant image names. A tenant's image name is a Docker Hub reference (`myapp`,
+  // `library/myapp`, `docker.io/team/app:v2`); on the engine it is stored as
+  // `portcullis.invalid/<tenant>/<repository>` (`portcullis.invalid/team-a/myapp:v2`).
+  // References naming another registry (`registry:5000/team-a/app`) are registries'
+  // names, as the engine's; ids are ids.
+
+  /** Whether image names are qualified for this caller at all. */
+  get privateImages (): boolean { return this.tenant !== null }
+
+  /**
+   * The engine's name for a tenant's image reference, or null when the reference is not a
+   * Docker Hub name (an id, a registry's name, not a reference). Throws when the tenant
+   * cannot hold image names (its name is no repository component).
+   */
+  qualifyImage (ref: string): string | null {
+    if (this.tenant === null) return ref
+    if (/^sha256:/.test(ref) || /^[0-9a-f]{64}$/.test(ref)) return null
+    const parsed = parseImageRef(ref)
+    if (parsed === null || parsed.registry !== 'docker.io') return null
+    if (this.imagePrefix === null) throw refuse('tenant-names', `tenant ${JSON.stringify(this.tenant)} is no repository name component (lowercase letters and digits, separated by . _ __ or dashes): it cannot hold private image names`)
+    const path = parsed.path.startsWith('library/') && !parsed.path.slice(8).includes('/') ? parsed.path.slice(8) : parsed.path
+    return `${this.imagePrefix}${path}${parsed.tag !== undefined ? ':' + parsed.tag : ''}${parsed.digest !== undefined ? '@' + parsed.digest : ''}`
+  }
+
+  /** The tenant's name for an engine image name (a RepoTag, RepoDigest, event or Config.Image): its own prefix taken off. */
+  plainImage (name: string): string {
+    if (this.imagePrefix === null || !name.startsWith(this.imagePrefix) || name.length === this.imagePrefix.length) return name
+    return name.slice(this.imagePrefix.length)
+  }
+
+  /** An image as its list, inspect or df shows it: RepoTags and RepoDigests in the tenant's names. */
+  image<T> (i: T): T {
+    if (this.imagePrefix === null || i === null || typeof i !== 'object') return i
+    let out: any = i
+    out = withField(out, 'RepoTags', mapList(out.RepoTags, (t) => typeof t === 'string' ? this.plainImage(t) : t))
+    out = withField(out, 'RepoDigests', mapList(out.RepoDigests, (t) => typeof t === 'string' ? this.plainImage(t) : t))
+    return out
+  }
+
+  /** A container's image as its list (`Image`) and inspect (`Config.Image`) show it. */
+  private containerImage (c: any): any {
+    if (this.imagePrefix === null) return c
+    let out = c
+    if (typeof out.Image === 'string') out = withField(out, 'Image', this.plainImage(out.Image))
+    const cfg = out.Config
+    if (cfg !== null && typeof cfg === 'object' && typeof cfg.Image === 'string') out = withField(out, 'Config', withField(cfg, 'Image', this.plainImage(cfg.Image)))
+    return out
+  }
+
+  /** An engine message naming the tenant's images (`No such image: portcullis.invalid/team-a/myapp:latest`), in its names. */
+  private imageText (message: string): string {
+    return this.imagePrefix === null ? message : message.split(this.imagePrefix).join('')
+  }
+
+  /** An image event (`Actor.ID` and `name` are the name acted on) or a container event's `image`, in the tenant's names. */
+  private imageEvent (e: any, a: any): any {
+    if (this.imagePrefix === null) return a
+    let out = a
+    const attrs = out.Attributes
+    if (attrs !== null && typeof attrs === 'object') {
+      let at = attrs
+      // A commit event names the new image's reference in `imageRef`.
+      for (const key of ['image', 'imageRef']) if (typeof at[key] === 'string') at = withField(at, key, this.plainImage(at[key]))
+      if (e.Type === 'image' && typeof at.name === 'string') at = withField(at, 'name', this.plainImage(at.name))
+      out = withField(out, 'Attributes', at)
+    }
+    if (e.Type === 'image' && typeof out.ID === 'string') out = withField(out, 'ID', this.plainImage(out.ID))
+    return out
+  }
+
+  /**
+   * A line of a build's, load's or commit's progress stream (`{"stream":"Successfully
+   * tagged portcullis.invalid/team-a/myapp:latest\n"}`, `Loaded image: ...`) in the
+   * tenant's image names.
+   */
+  progress<T> (line: T): T {
+    if (this.imagePrefix === null || line === null || typeof line !== 'object') return line
+    let out: any = line
+    for (const key of ['stream', 'status', 'error']) {
+      if (typeof out[key] === 'string') out = withField(out, key, this.imageText(out[key]))
+    }
+    const detail = out.errorDetail
+    if (detail !== null && typeof detail === 'object' && typeof detail.message === 'string') out = withField(out, 'errorDetail', withField(detail, 'message', this.imageText(detail.message)))
+    return out
   }
 
   /** A container's stats (`name: "/a.db"`). */

@@ -23,7 +23,7 @@ import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
 import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
-import { matchesName, RESTRICTED_NAME, type NamedKind } from './names'
+import { matchesName, RESTRICTED_NAME, TENANT_IMAGE_HOST, type NamedKind } from './names'
 import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './responses'
 import { libpodHandlers } from './libpod'
@@ -346,7 +346,10 @@ async function containerReferences (call: Call, hc: any, networking: any, image:
       if (to !== undefined && to !== str((m as any).Source)) call.setBody(['HostConfig', 'Mounts', String(i), 'Source'], to)
     }
   }
-  const imageId = typeof image === 'string' && image ? (await visibleImage(call, image)).id : undefined
+  const seen = typeof image === 'string' && image ? await visibleImage(call, image) : undefined
+  // The tenant's own image name: the engine is given its engine name (names.ts).
+  if (seen !== undefined && seen.sent !== image) call.setBody(['Image'], seen.sent)
+  const imageId = seen?.id
   return { newVolumes, ...(imageId !== undefined ? { imageId } : {}) }
 }
 
@@ -751,7 +754,7 @@ const containerRename: Handler = async (call) => {
  * registry allow-list; the tenant pulls it first, through the gateway.
  */
 async function buildImage (call: Call, ref: string): Promise<BaseImage> {
-  const res = await call.r.image(ref, call.tenant)
+  const { res } = await tenantImage(call, ref)
   if (res.state === 'foreign' || (res.state === 'missing' && looksLikeImageId(ref))) throw missing('image', ref, call.op.id, 'path', res.state === 'missing' && res.absent === true)
   if (res.state === 'missing') {
     const parsed = parseImageRef(ref)
@@ -766,14 +769,58 @@ async function buildImage (call: Call, ref: string): Promise<BaseImage> {
   return { id: res.id, user: str(config.User), onBuild: list(config.OnBuild).map(str), env: list(config.Env).map(str) }
 }
 
-async function visibleImage (call: Call, ref: string): Promise<Found> {
-  const res = await call.r.image(ref, call.tenant)
+async function visibleImage (call: Call, ref: string): Promise<Found & { readonly sent: string }> {
+  const { res, sent } = await tenantImage(call, ref)
   if (res.state === 'missing' || res.state === 'foreign') throw missing('image', ref, call.op.id, 'path', res.state === 'missing' && res.absent === true)
+  return { ...res, sent }
+}
+
+// Per-tenant image names (names.ts; docs/tenancy.md "Per-tenant names"): a tenant's
+// reference means its own image of that name first (`myapp` is the engine's
+// `portcullis.invalid/<tenant>/myapp`), then what the engine resolves the reference to
+// (the shared catalog's name, a digest, an id or id prefix over all images), with
+// ownership checked as before. `sent` is the reference the engine is to be given.
+
+async function tenantImage (call: Call, ref: string): Promise<{ res: Awaited<ReturnType<Call['r']['image']>>, sent: string }> {
+  if (call.names.privateImages) {
+    const qualified = call.names.qualifyImage(ref)
+    if (qualified !== null) {
+      const res = await call.r.image(qualified, call.tenant)
+      // Only the tenant's own image counts under its prefix (an admin may tag anything anywhere).
+      if (res.state === 'own') return { res, sent: qualified }
+    }
+  }
+  return { res: await call.r.image(ref, call.tenant), sent: ref }
+}
+
+/** A path's image, checked, then named to the engine as the tenant's own name resolved it. */
+async function pathImage (call: Call, param = 'name'): Promise<Found & { readonly sent: string }> {
+  const res = await visibleImage(call, call.params[param])
+  call.setParam(param, res.sent)
   return res
+}
+
+/**
+ * A name a tenant gives an image (build, tag, commit, import, load): under per-tenant
+ * names a Docker Hub name is stored under the tenant's prefix and returned in that form;
+ * a registry's name (`registry:5000/team-a/app`) is stored as it is, in the tenant's
+ * namespace, so that it pushes where it says.
+ */
+function newImageName (call: Call, ref: string, what: string): string {
+  if (call.names.privateImages) {
+    const qualified = call.names.qualifyImage(ref)
+    if (qualified !== null) return qualified
+  }
+  mustBeInNamespace(call, ref, what)
+  return ref
 }
 
 function mustBeInNamespace (call: Call, ref: string, what: string): void {
   const parsed = parseImageRef(ref)
+  // The tenants' image host holds each tenant's names under its own name only.
+  if (call.names.privateImages && parsed?.registry === TENANT_IMAGE_HOST && !parsed.path.startsWith(`${call.tenant}/`)) {
+    throw refuse('image-namespace', `${what} ${JSON.stringify(ref)} names registry ${TENANT_IMAGE_HOST}, which holds tenants' private image names: name it without a registry`)
+  }
   if (!parsed || !inNamespace(parsed, call.namespace)) {
     throw refuse('image-namespace', `${what} ${JSON.stringify(ref)} is outside tenant ${call.tenant}'s namespace: use ${call.namespace}/NAME[:TAG] (or REGISTRY/${call.namespace}/NAME[:TAG])`)
   }
@@ -810,7 +857,7 @@ const imagePull: Handler = async (call) => {
   // Without `repo` the engine ignores `tag` and stores the image untagged (moby
   // ImportImage): no name to judge; the owner labels below make it the tenant's.
   const repo = call.query.get('repo') ?? ''
-  if (repo !== '') mustBeInNamespace(call, `${repo}${call.query.get('tag') ? ':' + call.query.get('tag') : ''}`, 'imported image')
+  if (repo !== '') namedImage(call, 'imported image')
   await judgeTriggers(call.query.getAll('changes').join('\n'), [], async (ref) => await buildImage(call, ref))
   // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
   stampChanges(call)
@@ -841,20 +888,32 @@ function stampChanges (call: Call): void {
 const imagePush: Handler = async (call) => {
   const name = call.params.name
   const ref = call.query.get('tag') ? `${name}:${call.query.get('tag')}` : name
+  // A private name is pushed by a registry's name (docker tag myapp REGISTRY/NS/myapp).
+  if (call.names.privateImages && call.names.qualifyImage(ref) !== null) throw refuse('image-namespace', `pushed image ${JSON.stringify(ref)} names Docker Hub, where tenants' private image names are not pushed: tag it with a registry's name in namespace ${call.namespace}/ and push that`)
   mustBeInNamespace(call, ref, 'pushed image')
   await visibleImage(call, ref)
   registryAuth(call, parseImageRef(ref)!.registry, 'pushing')
 }
 
 const imageTag: Handler = async (call) => {
-  await visibleImage(call, call.params.name)
+  await pathImage(call)
   const repo = call.query.get('repo') ?? ''
-  mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'tag')
+  const tag = call.query.get('tag') ?? ''
+  const stored = newImageName(call, repo + (tag ? ':' + tag : ''), 'tag')
+  if (stored !== repo + (tag ? ':' + tag : '')) {
+    // The qualified name carries the tag: the engine reads `repo` with its tag when `tag` is empty.
+    call.setQuery('repo', stored)
+    call.query.delete('tag')
+    call.patch.push({ op: 'replace', path: '/query/repo', value: stored })
+  }
 }
 
 const imageDelete: Handler = async (call) => {
   const ref = call.params.name
   const res = await visibleImage(call, ref)
+  if (call.names.privateImages) call.viewAnswer((b) => untaggedPlain(call, b, false))
+  // The tenant's own name: its engine name is untagged, as on a private engine.
+  if (res.sent !== ref) { call.setParam('name', res.sent); return }
   const parsed = looksLikeImageId(ref) ? null : parseImageRef(ref)
   const ownTag = parsed !== null && inNamespace(parsed, call.namespace)
   if (!ownTag && res.state !== 'own') {
@@ -863,7 +922,14 @@ const imageDelete: Handler = async (call) => {
 }
 
 const imageBuild: Handler = async (call) => {
-  for (const t of call.query.getAll('t')) mustBeInNamespace(call, t, 'build tag')
+  const tags = call.query.getAll('t')
+  const stored = tags.map((t) => newImageName(call, t, 'build tag'))
+  if (stored.some((t, i) => t !== tags[i])) {
+    call.query.delete('t')
+    for (const t of stored) call.query.append('t', t)
+    call.queryChanged = true
+    call.patch.push({ op: 'replace', path: '/query/t', value: stored })
+  }
   // Any remote but the BuildKit session makes the daemon fetch: git URLs (git://, git@,
   // github.com/..., URLs ending in .git), http(s) URLs, and whatever later engines add
   // (remotecontext.Detect). Only the context in the body is the tenant's.
@@ -922,8 +988,35 @@ const imageBuild: Handler = async (call) => {
     const roleKeys = Object.keys(labels).filter((k) => /^io\.portcullis\.roles?$/i.test(k))
     if (roleKeys.length > 0) throw refuse('role-labels', `labels that give a container roles are set by an admin only (${roleKeys.map((k) => JSON.stringify(k)).join(', ')})`)
   }
+  // Per-tenant image names: "Successfully tagged myapp:latest", as on a private engine.
+  if (call.names.privateImages) call.respond = { kind: 'lines', keep: async () => true, view: (l: any) => call.names.progress(l) }
   call.setQuery('labels', JSON.stringify({ ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }))
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
+}
+
+/** An image remove's (a list) or prune's (`ImagesDeleted`) `Untagged` names in the tenant's names. */
+function untaggedPlain (call: Call, body: any, prune: boolean): unknown {
+  const plain = (xs: unknown): unknown => {
+    if (!Array.isArray(xs)) return xs
+    const out = xs.map((x) => x !== null && typeof x === 'object' && typeof x.Untagged === 'string' && call.names.plainImage(x.Untagged) !== x.Untagged ? { ...x, Untagged: call.names.plainImage(x.Untagged) } : x)
+    return out.every((x, i) => x === xs[i]) ? xs : out
+  }
+  if (!prune) return plain(body)
+  if (body === null || typeof body !== 'object') return body
+  const deleted = plain(body.ImagesDeleted)
+  return deleted === body.ImagesDeleted ? body : { ...body, ImagesDeleted: deleted }
+}
+
+/** A commit's or import's `repo` and `tag`: the name checked, and the engine's name sent (one `repo` carrying the tag). */
+function namedImage (call: Call, what: string): void {
+  const repo = call.query.get('repo') ?? ''
+  const tag = call.query.get('tag') ?? ''
+  const given = repo + (tag ? ':' + tag : '')
+  const stored = newImageName(call, given, what)
+  if (stored === given) return
+  call.setQuery('repo', stored)
+  call.query.delete('tag')
+  call.patch.push({ op: 'replace', path: '/query/repo', value: stored })
 }
 
 /** A boolean query parameter as the engine reads it (httputils.BoolValue). */
@@ -998,7 +1091,7 @@ const imageCommit: Handler = async (call) => {
   const id = await own(call, 'container', call.query.get('container') ?? '')
   call.setQuery('container', id)
   const repo = call.query.get('repo')
-  if (repo) mustBeInNamespace(call, repo + (call.query.get('tag') ? ':' + call.query.get('tag') : ''), 'committed image')
+  if (repo) namedImage(call, 'committed image')
   noRoleLabels(call, ['Labels'])
   stamp(call, ['Labels'])
   // The committed image's triggers: the changes', the body's (a container config), and the container's own.
@@ -1013,7 +1106,7 @@ const imageList: Handler = async (call) => {
   ownerTermsOnly(call)
   call.respond = {
     kind: 'json',
-    transform: (body) => list(body).filter((i: any) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i))).map((i) => hideAll(i, [IMAGE_LABELS])),
+    transform: (body) => list(body).filter((i: any) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i))).map((i) => call.names.image(hideAll(i, [IMAGE_LABELS]))),
   }
 }
 
@@ -1021,8 +1114,9 @@ const imageList: Handler = async (call) => {
 const IMAGE_INSPECT_LABELS: readonly LabelsAt[] = [{ path: ['Config', 'Labels'], empty: null }, { path: ['ContainerConfig', 'Labels'], empty: null }]
 
 const imageInspect: Handler = async (call) => {
-  await visibleImage(call, call.params.name)
+  await pathImage(call)
   hidden(call, IMAGE_INSPECT_LABELS)
+  if (call.names.privateImages) call.viewAnswer((b) => call.names.image(b))
 }
 
 /**
@@ -1032,10 +1126,13 @@ const imageInspect: Handler = async (call) => {
 const imageLoad: Handler = async (call) => {
   const labels = { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
   call.bodyFilter = scopeArchive({
-    checkTag: (ref) => mustBeInNamespace(call, ref, 'archive tag'),
+    checkTag: (ref) => { newImageName(call, ref, 'archive tag') },
+    ...(call.names.privateImages ? { engineTag: (ref: string) => newImageName(call, ref, 'archive tag') } : {}),
     labels,
     checkTriggers: async (triggers) => { await judgeTriggers('', triggers, async (ref) => await buildImage(call, ref)) },
   })
+  // Per-tenant image names: "Loaded image: myapp:latest".
+  if (call.names.privateImages) call.respond = { kind: 'lines', keep: async () => true, view: (l: any) => call.names.progress(l) }
   call.patch.push({ op: 'add', path: '/body/config/Labels', value: labels })
 }
 
@@ -1049,7 +1146,14 @@ const buildPrune: Handler = async (call) => {
 }
 
 const imageGetAll: Handler = async (call) => {
-  for (const n of call.query.getAll('names')) await visibleImage(call, n)
+  const names = call.query.getAll('names')
+  const sent: string[] = []
+  for (const n of names) sent.push((await visibleImage(call, n)).sent)
+  if (sent.some((n, i) => n !== names[i])) {
+    call.query.delete('names')
+    for (const n of sent) call.query.append('names', n)
+    call.queryChanged = true
+  }
 }
 
 // ---------------------------------------------------------------------------------
@@ -1432,7 +1536,7 @@ const systemDf: Handler = async (call) => {
       return {
         ...df,
         Containers: list(df.Containers).map((c) => call.names.container(hideAll(c, [CONTAINER_LABELS]))),
-        Images: list(df.Images).map((i) => hideAll(i, [IMAGE_LABELS])),
+        Images: list(df.Images).map((i) => call.names.image(hideAll(i, [IMAGE_LABELS]))),
         Volumes: list(df.Volumes).map((v) => call.names.volume(hideAll(v, [VOLUME_LABELS]))),
       }
     },
@@ -1458,6 +1562,16 @@ function eventNameFilters (call: Call): void {
     const out = new Set(values)
     for (const v of values) out.add(call.names.qualify(kind, v))
     if (out.size !== values.size) { filters.set(kind, out); changed = true }
+  }
+  // Per-tenant image names: `image=myapp` matches the tenant's own image's events by its engine name.
+  const images = filters.get('image')
+  if (images && call.names.privateImages) {
+    const out = new Set(images)
+    for (const v of images) {
+      const q = call.names.qualifyImage(v)
+      if (q !== null) out.add(q)
+    }
+    if (out.size !== images.size) { filters.set('image', out); changed = true }
   }
   if (changed) call.setQuery('filters', serializeFilters(filters))
 }
@@ -1542,15 +1656,15 @@ export const handlers: Readonly<Record<string, Handler>> = {
   BuildCancel: open,
   ImageCreate: imagePull,
   ImageInspect: imageInspect,
-  ImageAttestations: async (call) => { await visibleImage(call, call.params.name) },
-  ImageHistory: async (call) => { await visibleImage(call, call.params.name) },
+  ImageAttestations: async (call) => { await pathImage(call) },
+  ImageHistory: async (call) => { await pathImage(call) },
   ImagePush: imagePush,
   ImageTag: imageTag,
   ImageDelete: imageDelete,
   ImageSearch: open,
-  ImagePrune: labelFiltered(),
+  ImagePrune: labelFiltered((call) => { if (call.names.privateImages) call.viewAnswer((b) => untaggedPlain(call, b, true)) }),
   ImageCommit: imageCommit,
-  ImageGet: async (call) => { await visibleImage(call, call.params.name) },
+  ImageGet: async (call) => { await pathImage(call) },
   ImageGetAll: imageGetAll,
   ImageLoad: imageLoad,
   // System
