@@ -81,7 +81,8 @@ t.teardown(async () => {
 const lines = (file: string): any[] => fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
 
 t.test('requests are served by both workers, each with its own audit chain', async (t) => {
-  for (let i = 0; i < 40; i++) t.equal((await request(admin, 'GET', '/v1.41/_ping')).status, 200)
+  const pings = await Promise.all(Array.from({ length: 40 }, async () => await request(admin, 'GET', '/v1.41/_ping')))
+  t.ok(pings.every((p) => p.status === 200), 'every ping answered')
   for (const n of [1, 2]) {
     const file = `${audit}.w${n}`
     t.ok(fs.existsSync(file), `worker ${n} has its chain ${path.basename(file)}`)
@@ -100,17 +101,18 @@ t.test('a container quota is exact across workers', async (t) => {
 
 t.test('a rate limit is exact across workers', async (t) => {
   const answers = await Promise.all(Array.from({ length: 30 }, async () => await request(limited, 'GET', '/v1.41/_ping')))
-  t.equal(answers.filter((a) => a.status === 200).length, READS, `a burst of ${READS} across both workers (${answers.map((a) => a.status).join(' ')})`)
+  // Admitted by the rate limit, then judged by the policy (which knows no role `limited`: 403).
+  t.equal(answers.filter((a) => a.status !== 429).length, READS, `a burst of ${READS} across both workers (${answers.map((a) => a.status).join(' ')})`)
   t.equal(answers.filter((a) => a.status === 429).length, 30 - READS)
 })
 
 t.test('/metrics sums the workers\' counters', async (t) => {
   const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text()
-  const refused = text.split('\n').filter((l) => l.startsWith('portcullis_rate_limited_total') || l.startsWith('portcullis_rate_limit'))
+  const refused = text.split('\n').filter((l) => l.startsWith('portcullis_rate_limited_total{'))
   const sum = refused.filter((l) => !l.startsWith('#')).reduce((a, l) => a + Number(l.split(' ').pop()), 0)
-  t.equal(sum, 30 - READS, 'every refusal counted once, whichever worker made it')
+  t.equal(sum, 30 - READS, `every refusal counted once, whichever worker made it: ${refused.join('; ')}`)
   const pings = text.split('\n').filter((l) => l.startsWith('portcullis_requests_total{') && l.includes('SystemPing')).reduce((a, l) => a + Number(l.split(' ').pop()), 0)
-  t.ok(pings >= 40 + 30, `pings of both workers summed (${pings})`)
+  t.ok(pings >= 40 + READS, `pings of both workers summed (${pings})`)
 })
 
 t.test('SIGHUP reaches every worker', async (t) => {

@@ -157,6 +157,8 @@ const NOTHING = (): void => {}
 /** In a worker: the metrics the primary sums, and the readiness it passes on. */
 export function joinCluster (registry: Registry, setReadiness: (r: { engine: boolean, policy: boolean }) => void): void {
   AggregatorRegistry.setRegistries([registry])
+  // Constructed for its side effect: in a worker it answers the primary's requests for metrics.
+  void new AggregatorRegistry()
   process.on('message', (m: unknown) => {
     if (isOurs(m) && m.pcx === 'readiness') setReadiness(m as unknown as { engine: boolean, policy: boolean })
   })
