@@ -17,6 +17,7 @@ import pino from 'pino'
 import { ConfigError, configWarnings, defaultConfig, dropInRequested, loadConfig, SOCKET_PROXY_SWITCHES, socketProxyConfig, type CommandLine, type Config } from './config'
 import { report as auditReport, verify as auditVerify } from './audit'
 import { startGateway } from './gateway'
+import { runPrimary, workerNumber, workerStarted, workerStarting } from './gateway/cluster'
 import { loadPolicy, PolicyError } from './policy/engine'
 import { checkTraffic, learn, type LearnRecord, type LearnSelection } from './policy/learn'
 import { check, decidingLines, factList, factsTable, runFixtures } from './policy/tool'
@@ -234,11 +235,16 @@ async function serve (args: string[]): Promise<number> {
     if (ignored.length) log.warn({ ignored }, 'docker-socket-proxy variables are ignored: a config file is given')
   }
   process.once('exit', () => { destination.flushSync() })
-  const gateway = await startGateway(config, log).catch((err: Error) => {
+  // Several processes (config workers; gateway/cluster.ts): this one binds and hands out.
+  const worker = workerNumber()
+  if (config.workers > 1 && worker === null) return await runPrimary(config, log.child({ primary: true }))
+  if (worker !== null) workerStarting()
+  const gateway = await startGateway(config, worker !== null ? log.child({ worker }) : log).catch((err: Error) => {
     log.fatal({ err: { message: err.message } }, 'cannot start')
     return null
   })
   if (!gateway) return 1
+  if (worker !== null) workerStarted()
   process.on('SIGHUP', () => {
     if (!file) {
       log.info('SIGHUP: no config file to reload; reloading the policy')
@@ -255,7 +261,8 @@ async function serve (args: string[]): Promise<number> {
   return await new Promise<number>((resolve) => {
     const stop = (signal: string): void => {
       log.info({ signal }, 'signal received')
-      gateway.close().then(() => resolve(0), () => resolve(1))
+      // A worker lets go of the primary's IPC channel, which would keep it alive.
+      gateway.close().then(() => resolve(0), () => resolve(1)).finally(() => { if (worker !== null) process.disconnect?.() })
     }
     process.once('SIGTERM', stop)
     process.once('SIGINT', stop)

@@ -193,7 +193,41 @@ function headNotes (f: Loaded, head: ParsedLine, notes: string[]): void {
 }
 
 /** Verify audit files given in any order (see the module comment). */
+/**
+ * A worker's chain (config `workers`, gateway/cluster.ts): `<file>.w<N>`, rotated
+ * `<file>.w<N>.<UTC timestamp>`. Each worker writes a chain of its own.
+ */
+const WORKER_CHAIN = /\.w([1-9][0-9]*)(?:\.[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9]{2}(?:\.[0-9]+)?Z)?$/
+
+/**
+ * Verify audit files: one chain, or the chains of several workers given together (grouped
+ * by their `.w<N>` names; files without one are a chain of their own). Every chain must
+ * verify; the first break found is reported.
+ */
 export function verify (files: readonly string[], opts: VerifyOptions = {}): VerifyResult {
+  const chains = new Map<string, string[]>()
+  for (const f of files) {
+    const base = path.basename(f)
+    const m = WORKER_CHAIN.exec(base)
+    const key = m === null ? '' : path.join(path.dirname(f), `${base.slice(0, m.index)}.w${m[1]}`)
+    chains.set(key, [...(chains.get(key) ?? []), f])
+  }
+  if (chains.size <= 1) return verifyChain(files, opts)
+  let records = 0
+  const ordered: string[] = []
+  const notes: string[] = []
+  for (const [key, group] of [...chains].sort(([a], [b]) => a.localeCompare(b))) {
+    const r = verifyChain(group, opts)
+    records += r.records
+    ordered.push(...r.files)
+    notes.push(...r.notes.map((n) => `${key === '' ? 'chain' : path.basename(key)}: ${n}`))
+    if (!r.ok) return { ok: false, records, ...(r.problem ? { problem: r.problem } : {}), files: ordered, notes }
+  }
+  notes.push(`${chains.size} chains (one per worker) verified`)
+  return { ok: true, records, files: ordered, notes }
+}
+
+function verifyChain (files: readonly string[], opts: VerifyOptions = {}): VerifyResult {
   const notes: string[] = []
   const resolved = [...new Set(files.map((f) => path.resolve(f)))]
   const given = resolved.filter((f) => {

@@ -343,5 +343,6 @@ export function describeConfig (c: Config): JsonObject {
   if (c.registries.credentials) out['registries'] = { credentials: c.registries.credentials.file, tenants: c.registries.credentials.loaded.describe() }
   out['log'] = { level: c.log.level }
   out['shutdown'] = { graceSeconds: c.shutdown.graceSeconds }
+  out['workers'] = c.workers
   return out
 }

@@ -10,7 +10,7 @@
  */
 import { readFileSync, realpathSync } from 'node:fs'
 import { createPublicKey, type KeyObject } from 'node:crypto'
-import { homedir } from 'node:os'
+import { availableParallelism, homedir } from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import type { Static } from '@sinclair/typebox'
 import { UNIX_PATH_MAX, addressKey, formatHostPort, parseHostPort, type HostPort } from './addresses'
@@ -728,6 +728,7 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     registries,
     log: file.log,
     shutdown: file.shutdown,
+    workers: file.workers === 'auto' ? availableParallelism() : file.workers,
   }
   return { config, problems: ctx.problems() }
 }

@@ -405,6 +405,13 @@ export const Shutdown = Type.Object({
  */
 export const HOST_PATH_MODES = ['auto', 'shared', 'remote'] as const
 
+/**
+ * Gateway processes sharing the listeners (node:cluster; src/gateway/cluster.ts): a
+ * number, or `auto` for one per core. 1 is a single process, as without the key.
+ */
+export const MAX_WORKERS = 256
+export const Workers = Type.Union([Type.Integer({ minimum: 1, maximum: MAX_WORKERS }), Type.Literal('auto')], { default: 1, expected: `a number of processes from 1 to ${MAX_WORKERS}, or auto (one per core)` })
+
 /** The whole file. */
 export const ConfigFile = Type.Object({
   listen: Type.Array(Listener, {
@@ -425,6 +432,7 @@ export const ConfigFile = Type.Object({
   registries: Registries,
   log: Log,
   shutdown: Shutdown,
+  workers: Workers,
 }, closed())
 
 // The TypeBox idiom: a schema and its static type share one name.

@@ -121,6 +121,8 @@ export interface Config {
   registries: { credentials: { file: string, loaded: Credentials } | null }
   log: Static<typeof S.Log>
   shutdown: Static<typeof S.Shutdown>
+  /** Gateway processes sharing the listeners (`auto` resolved to the number of cores); 1 is a single process. */
+  workers: number
 }
 
 /** A JSON-safe value (what describeConfig returns). */

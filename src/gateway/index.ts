@@ -19,6 +19,8 @@ import { startMetricsServer, type MetricsServer } from '../metrics/server'
 import { QuotaStore, Tenancy } from './tenancy'
 import { policyAdmin } from './admin'
 import { HostPaths } from './host-paths'
+import { ClusterRates, ClusterReservations, joinCluster, workerAuditFile, workerNumber } from './cluster'
+import type { SharedReservations } from './tenancy'
 
 export interface Gateway {
   readonly listeners: readonly Listening[]
@@ -56,6 +58,9 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   // The policy database also keeps every replica's quota reservations, so that quotas
   // hold across replicas (tenancy/quota-store.ts); it is opened like the policy, fail closed.
   let quotaStore: QuotaStore | null = null
+  // A worker of several (config workers; cluster.ts): its own audit chain, the primary's
+  // reservations and buckets, the primary's metrics port.
+  const worker = workerNumber()
   if (config.policy.database) {
     try {
       quotaStore = await QuotaStore.open(config.policy.database, log)
@@ -67,13 +72,14 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     quotaStore.onFailure = (stage) => { metrics.quotaStoreFailed(stage) }
   }
   // With audit.onFailure: closed, a trail that cannot be opened stops the start-up.
-  const audit = AuditTrail.open(config.audit, log)
+  const audit = AuditTrail.open(worker !== null && config.audit.file !== undefined ? { ...config.audit, file: workerAuditFile(config.audit.file, worker) } : config.audit, log)
+  const reservations: SharedReservations | null = quotaStore ?? (worker !== null ? new ClusterReservations() : null)
   const upstream: Upstream = createUpstream(config.upstream)
   const inflight = new Inflight()
   // Whether bind sources can be walked here as the engine's runtime will walk them.
   const hostPaths = new HostPaths(config.hostPaths, config.upstream.kind === 'unix', upstream, log)
   await hostPaths.detect()
-  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, quotaStore, () => { void hostPaths.detect() })
+  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, reservations, () => { void hostPaths.detect() })
   const budget = new BodyBudget(config.limits.bufferedBytes, config.limits.jsonBodyBytes, {
     held: (bytes) => { metrics.bodyMemory(bytes) },
     refused: (scope, tenant) => { metrics.bodyRefused(scope, tenant) },
@@ -81,7 +87,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   // Listeners whose callers are containers: the engine's containers, followed by its events.
   const callers = config.listen.some((l) => l.containerIdentity !== undefined) ? new ContainerCallers(upstream, log) : undefined
   const stopCallers = callers?.start() ?? (() => {})
-  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), rates: new RateLimits(config.rates, (tenant, cls, limit) => { metrics.rateLimitRefused(tenant, cls, limit) }), upstream, log, inflight, authenticate: (req, l, caller) => authenticator.authenticate(req, l, caller), ...(callers ? { callers } : {}), policy: () => policy.current, hostPaths: () => hostPaths.mode, metrics, audit, tenancy, admin: policyAdmin(policy) }
+  const deps: GatewayDeps = { api: config.api, limits: config.limits, budget, turns: new Turns(), rates: worker !== null ? new ClusterRates(config.rates, (tenant, cls, limit) => { metrics.rateLimitRefused(tenant, cls, limit) }) : new RateLimits(config.rates, (tenant, cls, limit) => { metrics.rateLimitRefused(tenant, cls, limit) }), upstream, log, inflight, authenticate: (req, l, caller) => authenticator.authenticate(req, l, caller), ...(callers ? { callers } : {}), policy: () => policy.current, hostPaths: () => hostPaths.mode, metrics, audit, tenancy, admin: policyAdmin(policy) }
   const listeners: Listening[] = []
   try {
     for (const l of config.listen) listeners.push(await listen(l, deps))
@@ -96,7 +102,8 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     throw err
   }
   policy.watch()
-  const metricsServer = config.metrics.listen
+  if (worker !== null) joinCluster(metrics.promRegistry, (r) => { metrics.setReadiness(r) })
+  const metricsServer = config.metrics.listen && worker === null
     ? await startMetricsServer(config.metrics.listen, metrics, async () => ({
       engine: await engineReachable(upstream),
       // With a policy database: not ready while it does not answer (the last good policy
@@ -105,7 +112,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
       ...(policy.database && !policy.database.healthy ? { detail: { policyDatabase: policy.database.lastError ?? `${policy.database.where} unreachable` } } : {}),
     }), log)
     : null
-  log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address), policyVersion: policy.current.version, hostPaths: hostPaths.describe() }, 'portcullis started')
+  log.info({ config: describeConfig(config), listening: listeners.map((l) => l.address), policyVersion: policy.current.version, hostPaths: hostPaths.describe(), ...(worker !== null ? { worker, pid: process.pid } : {}) }, 'portcullis started')
   for (const l of config.listen) {
     if (acceptedCredentials(config.auth, l).length === 0) log.warn({ listener: l.name }, 'this listener accepts no credentials and refuses every request (401): configure auth.jwt, or give it a client CA, an identity or anonymous: true')
   }

@@ -4,6 +4,7 @@
  * pipeline, which owns the response (`reply.hijack()`); Node's `upgrade` event feeds
  * the same pipeline for hijacked connections.
  */
+import cluster from 'node:cluster'
 import fs from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
@@ -140,7 +141,9 @@ export async function listen (cfg: ListenerConfig, deps: GatewayDeps): Promise<L
     return { config: cfg, app, server: srv, address, destroyConnections }
   }
   if (cfg.kind === 'unix') {
-    await clearStaleSocket(cfg.path)
+    // In a worker the primary binds (cluster.ts) and cleared a stale socket before: another
+    // worker's live socket is not stale.
+    if (!cluster.isWorker) await clearStaleSocket(cfg.path)
     // Created owner-only, then opened up to the configured mode and group: no moment
     // where the umask's permissions let someone else connect.
     const umask = process.umask(0o177)

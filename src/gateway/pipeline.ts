@@ -33,7 +33,7 @@ import type { ContainerCallers } from './callers'
 import { hasBody, readCapped, readUpgradeBody, type BodyLimits } from './body'
 import type { BodyBudget } from './budget'
 import { LARGE_BODY, type Turns } from './turns'
-import { RateRefusal, type RateLimits } from './rates'
+import { RateRefusal, type RateAdmission } from './rates'
 import type { Operation } from '../api/catalog/operations'
 import { resolveTarget, type ApiWindow } from '../api/catalog/route'
 import { elapsedMs, type RequestContext } from './context'
@@ -57,7 +57,7 @@ export interface GatewayDeps {
   /** Each identity's share of the gateway's attention (turns.ts). */
   readonly turns: Turns
   /** Request rates and open sessions/streams per identity or tenant (rates.ts, config `rates`). */
-  readonly rates: RateLimits
+  readonly rates: RateAdmission
   readonly upstream: Upstream
   readonly log: Logger
   readonly inflight: Inflight
@@ -152,12 +152,18 @@ function admit (deps: GatewayDeps, listener: ListenerConfig, ctx: RequestContext
  * stream takes is given back in finish(). A refusal is recorded as a denial by its rule
  * (`rates.<role>.<limit>`).
  */
-function limitRate (deps: GatewayDeps, ctx: RequestContext): void {
-  try {
-    ctx.opened = deps.rates.admit(ctx.identity!, ctx.target!.operation)
-  } catch (err) {
+function limitRate (deps: GatewayDeps, ctx: RequestContext): Promise<void> | undefined {
+  const refused = (err: unknown): never => {
     if (err instanceof RateRefusal) ctx.decision = { decision: 'deny', rule: { policy: 'rates', rule: err.rule }, wouldDeny: [], policyVersion: deps.policy().version }
     throw err
+  }
+  try {
+    const opened = deps.rates.admit(ctx.identity!, ctx.target!.operation)
+    // Across workers the buckets are the primary's (cluster.ts): an answer to wait for.
+    if (typeof opened !== 'function') return opened.then((o) => { ctx.opened = o }, refused)
+    ctx.opened = opened
+  } catch (err) {
+    refused(err)
   }
 }
 
@@ -524,7 +530,8 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     const op = ctx.target!.operation
     reading = true
     await takeTurn(deps, ctx)
-    limitRate(deps, ctx)
+    const limiting = limitRate(deps, ctx)
+    if (limiting) await limiting
     await readBody(deps, ctx, req)
     reading = false
     const next = await check(deps, ctx, req, res, on)
@@ -578,7 +585,8 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     const op = ctx.target!.operation
     if (!op.hijack) throw new GatewayError('UPGRADE_UNSUPPORTED', `${op.id} does not upgrade the connection`)
     await takeTurn(deps, ctx)
-    limitRate(deps, ctx)
+    const limiting = limitRate(deps, ctx)
+    if (limiting) await limiting
     let rest: Buffer
     ;({ body: ctx.body, rest } = await readUpgradeBody(req, socket, head, bodyLimits(deps, ctx, op)))
     // The head may hold the body's bytes: not kept for the length of the session.

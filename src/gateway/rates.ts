@@ -38,6 +38,15 @@ export class RateRefusal extends GatewayError {
 
 interface Bucket { tokens: number, at: number }
 
+/**
+ * What the pipeline asks of the rate limits: this process's own (RateLimits), or, with
+ * several workers, the cluster primary's, which holds every worker's buckets and counts
+ * (gateway/cluster.ts) and answers over IPC.
+ */
+export interface RateAdmission {
+  admit (who: Identity, op: Operation): (() => void) | Promise<() => void>
+}
+
 /** How often buckets that have filled up again are swept out. */
 const SWEEP_MS = 10_000
 const LIMIT_OF: Record<HoldClass, 'sessions' | 'streams'> = { session: 'sessions', stream: 'streams' }
@@ -46,12 +55,17 @@ const WORDS: Record<RateClass, string> = { read: 'reads', write: 'writes', trans
 /** The limits that apply to one identity: the first listed role it holds, else `others`. */
 interface Applied { readonly name: string, readonly rates: RoleRatesConfig }
 
-export class RateLimits {
+export class RateLimits implements RateAdmission {
   private readonly buckets = new Map<string, Bucket>()
   private readonly open = new Map<string, number>()
   private swept = performance.now()
 
   constructor (private readonly config: RatesConfig, private readonly observe?: (tenant: string | null, rateClass: RateClass, limit: RateLimitKind) => void) {}
+
+  /** Whether any limit applies to `who` (a worker asks the primary only then). */
+  limits (who: Identity): boolean {
+    return this.applied(who) !== null
+  }
 
   private applied (who: Identity): Applied | null {
     for (const [name, rates] of Object.entries(this.config.roles)) if (who.roles.includes(name)) return { name, rates }

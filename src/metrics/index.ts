@@ -401,6 +401,11 @@ export class Metrics {
   }
 
   /** Every series in the Prometheus text format (`contentType`). */
+  /** The registry itself, for the cluster primary to sum the workers' series (gateway/cluster.ts). */
+  get promRegistry (): Registry {
+    return this.registry
+  }
+
   metrics (): Promise<string> {
     return this.registry.metrics()
   }

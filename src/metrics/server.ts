@@ -53,7 +53,7 @@ async function check (readiness: ReadinessCheck, timeoutMs: number): Promise<Rea
 
 export async function startMetricsServer (
   listen: { readonly host: string, readonly port: number },
-  metrics: Metrics,
+  metrics: Pick<Metrics, 'contentType' | 'setReadiness' | 'metrics'>,
   readiness: ReadinessCheck,
   log: Logger,
   opts: MetricsServerOptions = {}

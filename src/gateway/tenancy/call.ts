@@ -10,7 +10,7 @@ import { setAt, type PatchOp } from '../../policy/rewrite'
 import { knownFields, type BodyNode } from '../../api/body/schema'
 import type { Credentials } from '../../config'
 import type { ObjectKind, Resolution, Resolver } from './lookup'
-import type { QuotaStore } from './quota-store'
+import type { SharedReservations } from './quota-store'
 import { familiar, parseImageRef } from './images'
 import type { BodyFilter, LocalAnswer, ResponseFilter } from '../exchange'
 import { TenancyRefusal } from './refusal'
@@ -70,7 +70,7 @@ export class Call {
     /** The raw X-Registry-Auth the client sent, if any. */
     readonly clientRegistryAuth: string | undefined,
     /** Where every replica's quota reservations are kept, when there is a shared store. */
-    readonly quotaStore: QuotaStore | null = null
+    readonly quotaStore: SharedReservations | null = null
   ) {
     this.params = { ...params }
     this.query = new URLSearchParams(query)

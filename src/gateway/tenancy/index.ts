@@ -16,12 +16,12 @@ import { Call, missing, type BodyFilter, type LocalAnswer, type ResponseFilter }
 import type { Credentials } from '../../config'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
 import { handlers } from './operations'
-import type { QuotaStore } from './quota-store'
+import type { SharedReservations } from './quota-store'
 import { podmanMissing } from './podman'
 import { refuse, TenancyRefusal } from './refusal'
 import { TENANT_NAME } from './names'
 
-export { QuotaStore } from './quota-store'
+export { QuotaStore, QuotaStoreError, type SharedReservations, type Lease } from './quota-store'
 export { TenancyRefusal } from './refusal'
 export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
 
@@ -63,7 +63,7 @@ export class Tenancy {
    * `quotaStore`: the replicas' shared quota reservations (with policy.database), else per process.
    * `onEngineConnected`: called whenever the engine's event stream connects.
    */
-  constructor (private readonly upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: QuotaStore | null = null, onEngineConnected?: () => void) {
+  constructor (private readonly upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: SharedReservations | null = null, onEngineConnected?: () => void) {
     this.resolver = new Resolver(upstream, this.cache)
     this.stopWatching = watchEvents(upstream, this.cache, log, undefined, onEngineConnected)
   }

@@ -50,6 +50,15 @@ export interface Lease {
   release (lingerSeconds?: number): void
 }
 
+/**
+ * What a quota check needs of reservations shared by several processes: this store (the
+ * policy database, across replicas) or the cluster primary's (gateway/cluster.ts, across
+ * the workers of one gateway). `admit` runs `judge` under the tenant's lock.
+ */
+export interface SharedReservations {
+  admit (tenant: string, operation: string, judge: (held: Reservation) => Promise<Reservation>): Promise<Lease>
+}
+
 const DEFAULT_TTL_SECONDS = 120
 /** A namespace for the advisory lock keys, so that they do not meet another application's. */
 const LOCK_NAMESPACE = 'portcullis quota reservations\0'
@@ -68,7 +77,7 @@ function reason (err: unknown): string {
 /** Thrown by `judge` (a refusal, an engine failure): passed on as it is. */
 class Judged { constructor (readonly thrown: unknown) {} }
 
-export class QuotaStore {
+export class QuotaStore implements SharedReservations {
   /** Who holds a reservation, for people reading the table. */
   readonly replica = `${os.hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`
   readonly ttlSeconds: number

@@ -15,7 +15,7 @@ import { quotaFor, type Quota } from '../../policy/tenancy'
 import { TenancyRefusal } from './refusal'
 import { num, refuse, type Call } from './call'
 import { SWARM_SERVICE_LABEL, type Limits, type Reservation } from './lookup'
-import { QuotaStoreError, type QuotaStore } from './quota-store'
+import { QuotaStoreError, type SharedReservations } from './quota-store'
 
 export interface Usage { containers: number, memory: number, nanoCpus: number }
 const NO_LIMITS: Limits = { memory: 0, nanoCpus: 0 }
@@ -177,7 +177,7 @@ const UPDATE_LINGER_SECONDS = 5
  * yet: its event may still be on its way, while that replica has already let its
  * reservation go). The engine lists a created container from its create's answer on.
  */
-async function checkShared (call: Call, store: QuotaStore, q: Quota, adding: Usage, except: { container?: string, service?: string } | undefined, limitsNeeded: boolean): Promise<() => void> {
+async function checkShared (call: Call, store: SharedReservations, q: Quota, adding: Usage, except: { container?: string, service?: string } | undefined, limitsNeeded: boolean): Promise<() => void> {
   let lease
   try {
     lease = await store.admit(call.tenant, call.op.id, async (held) => {
