@@ -154,6 +154,7 @@ t.test('the schema\'s defaults are the ones the hand-written validation gave', a
     registries: { credentials: null },
     log: { level: 'info' },
     shutdown: { graceSeconds: 10 },
+    workers: 1,
   }, 'a file that sets nothing')
   t.strictSame(JSON.parse(JSON.stringify(defaultConfig(dir))), { ...JSON.parse(JSON.stringify(minimal)), source: null }, 'no file at all')
 
