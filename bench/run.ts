@@ -45,8 +45,6 @@
  *   BENCH_FAIRNESS_BLOCKS   blocks alone and during each flood [2]
  *   BENCH_ONLY=fairness     only section 7 (one tenant's flood, another's _ping): the engine,
  *                           the gateway and BENCH_LIST_CONTAINERS containers of tenant A, no HAProxy
- *   BENCH_ONLY=streams      only the streams (section 3) and the held sessions (section 5); the other
- *                           sections are skipped (set BENCH_LIST_CONTAINERS=1 to skip their setup too)
  *   BENCH_BUDGET_MINUTES    the whole run stops, cleans up and fails past this [15]
  * e.g. a quick check: BENCH_REQUESTS=300 BENCH_VERSION_REQUESTS=60 BENCH_WRK_SECONDS=1
  *   BENCH_WRK_BLOCKS=1 BENCH_LIST_CONTAINERS=20 BENCH_LIST_REQUESTS=20 BENCH_CYCLES=4
@@ -493,10 +491,6 @@ interface HoldResult {
   during: LatencyStats
   rssPeak?: number
   rssBefore?: number
-  /** The proxy's resident memory before the streams were opened. */
-  rssStart?: number
-  /** The proxy's resident memory 3 s after every held stream was closed. */
-  rssAfter?: number
   error?: string
 }
 
@@ -513,7 +507,6 @@ async function holdOpen (ctx: Context, tickId: string): Promise<HoldResult[]> {
     let error: string | undefined
     let logs = 0
     let attach = 0
-    const rssStart = s.pid !== undefined ? readMemory(s.pid).rss : undefined
     try {
       const kinds: Array<'logs' | 'attach'> = [...Array<'logs'>(settings.followers).fill('logs'), ...Array<'attach'>(settings.attaches).fill('attach')]
       await onSide(s, async () => await parallel(kinds, 16, async (k) => {
@@ -533,9 +526,7 @@ async function holdOpen (ctx: Context, tickId: string): Promise<HoldResult[]> {
       results.push({ side: s.name, opened: { logs, attach, attachStatus: [...statuses] }, without, during: without, error })
     } finally {
       for (const h of held) h.close()
-      await sleep(3000)
-      const r = results.find((x) => x.side === s.name)
-      if (r && s.pid !== undefined) Object.assign(r, { rssStart, rssAfter: readMemory(s.pid).rss })
+      await sleep(500)
     }
   })
   return results
@@ -676,8 +667,6 @@ function holdGroup (hold: HoldResult[]): Group {
       { name: 'GET /_ping without streams', unit: 'p99 ms', better: 'lower', values: v((h) => h.without.p99Ms), digits: 3 },
       { name: 'GET /_ping during the hold', unit: 'p99 ms', better: 'lower', values: v((h) => h.during.p99Ms), digits: 3 },
       { name: 'GET /_ping during the hold', unit: 'req/s', better: 'higher', values: v((h) => h.during.reqPerSec), digits: 0 },
-      { name: 'proxy RSS before the hold', unit: 'MB', better: 'lower', values: { haproxy: by('haproxy')?.rssStart !== undefined ? mb(by('haproxy')?.rssStart ?? 0) : null, portcullis: by('portcullis')?.rssStart !== undefined ? mb(by('portcullis')?.rssStart ?? 0) : null }, digits: 1 },
-      { name: 'proxy RSS 3 s after the hold closed', unit: 'MB', better: 'lower', values: { haproxy: by('haproxy')?.rssAfter !== undefined ? mb(by('haproxy')?.rssAfter ?? 0) : null, portcullis: by('portcullis')?.rssAfter !== undefined ? mb(by('portcullis')?.rssAfter ?? 0) : null }, digits: 1 },
       { name: 'proxy peak RSS during the hold', unit: 'MB', better: 'lower', values: { haproxy: by('haproxy')?.rssPeak !== undefined ? mb(by('haproxy')?.rssPeak ?? 0) : null, portcullis: by('portcullis')?.rssPeak !== undefined ? mb(by('portcullis')?.rssPeak ?? 0) : null }, digits: 1 },
     ],
     notes,
@@ -848,9 +837,7 @@ async function main (): Promise<number> {
     say,
   }
   if (settings.only === 'fairness') return await fairnessOnly(fairnessOptions, endpoint(gw.tokenSocket, 4, bearer), engine.image, began, problems)
-  if (settings.only !== '' && settings.only !== 'streams') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness" or "streams" can run alone`)
-  const streamsOnly = settings.only === 'streams'
-  const skipped = (title: string): Group => ({ title, about: ['skipped (BENCH_ONLY=streams)'], columns: [], rows: [], notes: [] })
+  if (settings.only !== '') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness" can run alone`)
 
   const peerDir = path.join(dir, 'haproxy')
   fs.mkdirSync(peerDir)
@@ -901,10 +888,10 @@ async function main (): Promise<number> {
 
   const script = writeWrkScript(dir)
   const cpuRows: CpuRow[] = []
-  const undici = streamsOnly ? { group: skipped('small requests (undici)'), stats: {} } : await smallUndici(ctx, cpuRows)
-  const wrkResult = streamsOnly ? { group: skipped('small requests (wrk)'), runs: {} } : await smallWrk(ctx, script)
+  const undici = await smallUndici(ctx, cpuRows)
+  const wrkResult = await smallWrk(ctx, script)
   const rssAfterRequests = readMemory(gw.pid).rss
-  const bound = streamsOnly ? { group: skipped('engine-bound'), stats: {} } : await engineBound(ctx)
+  const bound = await engineBound(ctx)
 
   // 3. Streams
   const t = settings.streamTimeoutMs
@@ -958,13 +945,11 @@ async function main (): Promise<number> {
 
   const hold = await holdOpen(ctx, idTick)
   say('engine round trips per request (second gateway behind a counting relay)')
-  const trips = streamsOnly
-    ? []
-    : await roundTrips(dir, engine.socket, { policyDir, jwtSecret: secret }, bearer, { id: idTick, name: `pcb-tick-${tag}` }, image, direct)
-      .catch((err) => { problems.push(`round trips: ${errText(err)}`); return [] })
+  const trips = await roundTrips(dir, engine.socket, { policyDir, jwtSecret: secret }, bearer, { id: idTick, name: `pcb-tick-${tag}` }, image, direct)
+    .catch((err) => { problems.push(`round trips: ${errText(err)}`); return [] })
   say('policy decisions')
-  const policy = await runPolicyBench(streamsOnly ? [10] : [10, 1_000, 10_000], settings.policyDecisions)
-  const fairness = streamsOnly ? [] : await runFairness(fairnessOptions).catch((err) => { problems.push(`fairness: ${errText(err)}`); return [] })
+  const policy = await runPolicyBench([10, 1_000, 10_000], settings.policyDecisions)
+  const fairness = await runFairness(fairnessOptions).catch((err) => { problems.push(`fairness: ${errText(err)}`); return [] })
 
   const groups = [undici.group, wrkResult.group, bound.group, streamGroup(streams), holdGroup(hold)]
   for (const s of streams) cpuRows.push({ name: s.name, unit: 's/GB', perSide: s.cpu })

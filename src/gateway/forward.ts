@@ -17,24 +17,9 @@ import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream
 import type { AnswerEvents, BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
 import { decodeJson, encodeBody } from '../api/body/decode'
 
-type Dispatcher = Upstream['pool'] | ReturnType<Upstream['own']>
-
 export async function forward (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream, on: AnswerEvents): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('forward before routing')
-  if (!target.operation.streams) return await exchange(ctx, req, res, upstream, upstream.pool, on)
-  // A stream (logs -f, events, a copy) may be held for hours: on a connection of its own,
-  // gone with it, never a pooled Client that outlives it (upstream.ts).
-  const own = upstream.own()
-  try {
-    await exchange(ctx, req, res, upstream, own, on)
-  } finally {
-    own.destroy().catch(() => {})
-  }
-}
-
-async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream, dispatcher: Dispatcher, on: AnswerEvents): Promise<void> {
-  const target = ctx.target!
   const abort = new AbortController()
   const onClientGone = (): void => {
     if (!res.writableFinished) {
@@ -61,7 +46,7 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
   const sent = performance.now()
   let answer
   try {
-    answer = await dispatcher.request({
+    answer = await upstream.pool.request({
       method: req.method as 'GET',
       path: ctx.upstreamUrl ?? target.rawUrl,
       headers: upstreamRequestHeaders(req, ctx, upstream),
