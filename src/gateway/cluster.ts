@@ -18,8 +18,6 @@
  * started again; the reservations and slots it held are let go.
  */
 import cluster, { type Worker } from 'node:cluster'
-import fs from 'node:fs'
-import net from 'node:net'
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
 import { AggregatorRegistry, type Registry } from 'prom-client'
@@ -31,6 +29,7 @@ import { RateLimits, RateRefusal, type RateAdmission, type RateLimitKind } from 
 import { QuotaStoreError, type Lease, type SharedReservations } from './tenancy'
 import type { Reservation } from './tenancy/lookup'
 import { createUpstream, engineJson } from './upstream'
+import { clearStaleSocket } from './listeners'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
 
 /** The worker's number (1..N) in the environment of the process the primary forks. */
@@ -252,19 +251,6 @@ class Ledger {
       if (lock.holder.worker === worker) this.unlock(tenant, lock.holder.id)
     }
   }
-}
-
-/** A stale socket left by a crashed gateway is removed (by the primary, once: workers never clear a socket another worker is listening on). */
-async function clearStaleSocket (path: string): Promise<void> {
-  if (!fs.existsSync(path)) return
-  if (!fs.statSync(path).isSocket()) throw new Error(`${path} exists and is not a socket`)
-  const live = await new Promise<boolean>((resolve) => {
-    const s = net.connect(path)
-    s.once('connect', () => { s.destroy(); resolve(true) })
-    s.once('error', () => resolve(false))
-  })
-  if (live) throw new Error(`${path} is in use by a running process`)
-  fs.unlinkSync(path)
 }
 
 /**

@@ -52,8 +52,8 @@ function createServer (cfg: ListenerConfig, handler: http.RequestListener): http
   return server
 }
 
-/** A unix socket left behind by a crashed gateway is removed; a live one is an error. */
-async function clearStaleSocket (path: string): Promise<void> {
+/** A unix socket left behind by a crashed gateway is removed; a live one is an error (with workers: by the primary, once; cluster.ts). */
+export async function clearStaleSocket (path: string): Promise<void> {
   if (!fs.existsSync(path)) return
   if (!fs.statSync(path).isSocket()) throw new Error(`${path} exists and is not a socket`)
   const live = await new Promise<boolean>((resolve) => {
