@@ -9,6 +9,14 @@
  * `onFailure: open` the record is dropped, counted, and the count is written into the
  * chain.head of the file that is started once writing works again.
  *
+ * `commit` is the gateway's way (group commit): the record is built at once, and every
+ * record committed in one turn of the event loop is chained and written with one write
+ * (and one seal) in a `setImmediate`, in the order committed; each promise settles once
+ * the write that holds its record has returned (true), or failed (rejects with
+ * AuditWriteError, or false with `onFailure: open`). A group holds at most GROUP_MAX
+ * records, so a stop between a group's write and its seal leaves at most that many
+ * records unsealed, which the next start seals (with a warning), as it did one record.
+ *
  * Files: the first record of every file is a `chain.head` naming the file it
  * continues (its name when closed) and linking to that file's last hash through
  * `prev`; rotation writes a `chain.end` naming the new name, renames the file to
@@ -21,7 +29,8 @@
  * the file is renamed aside as evidence, and a new file starts with a head whose
  * `problem` says what was found. The same happens, without a restart, after a write
  * failure and when the live file is removed, replaced or changed by another process
- * (checked before every append: same inode, same size as last written).
+ * (checked before every append and every group: same inode, same size as last written;
+ * healthy() shares one such check among the calls of one event-loop turn).
  *
  * One writer per file: two processes appending to the same file break the chain.
  */
@@ -91,6 +100,12 @@ interface Live {
   err: NodeJS.ErrnoException | null
 }
 
+interface Pending {
+  readonly json: string
+  readonly resolve: (written: boolean) => void
+  readonly reject: (err: AuditWriteError) => void
+}
+
 interface Found {
   head: ParsedLine | null
   /** The last sound record found at the end of the file. */
@@ -103,6 +118,12 @@ const O_APPEND_CREATE = fs.constants.O_WRONLY | fs.constants.O_APPEND | fs.const
 const O_SEAL = fs.constants.O_RDWR | fs.constants.O_CREAT
 const FILE_MODE = 0o600
 const TAIL_CHUNK = 64 * 1024
+/**
+ * Most records chained and written with one write (and sealed with one seal): more
+ * committed in one turn are written as several groups. It also bounds how many
+ * records a start-up seals after a stop between a write and its seal.
+ */
+export const GROUP_MAX = 256
 const HEAD_READ_MAX = 1024 * 1024
 
 function errno (err: unknown): string {
@@ -138,12 +159,37 @@ function readTail (fd: number, size: number, want: number): { lines: Buffer[], p
   return { lines: lines.slice(-want), partial }
 }
 
+/**
+ * Whether the records after the sealed one are what a stop between a group's write and
+ * its seal leaves: at most GROUP_MAX whole records, chained from the sealed record,
+ * which ends exactly where the seal says the file ended.
+ */
+function unsealedGroup (lines: Buffer[], size: number, seal: Seal, last: ParsedLine): boolean {
+  const n = last.record.seq - seal.seq
+  if (n < 1 || n > GROUP_MAX || lines.length < n + 1) return false
+  let end = size
+  let next: ParsedLine = last
+  for (let i = lines.length - 1; i >= lines.length - n; i--) {
+    const p = i === lines.length - 1 ? last : parseLine(lines[i])
+    if (!('record' in p) || p.record.seq !== seal.seq + (i - (lines.length - n - 1)) || (p !== last && next.record.prev !== p.hash)) return false
+    next = p
+    end -= lines[i].length + 1
+  }
+  const sealed = parseLine(lines[lines.length - n - 1])
+  return 'record' in sealed && sealed.hash === seal.hash && next.record.prev === seal.hash && end === seal.size
+}
+
 function readFirstLine (fd: number, size: number): Buffer | null {
   const n = Math.min(size, HEAD_READ_MAX)
   const buf = Buffer.alloc(n)
   fs.readSync(fd, buf, 0, n, 0)
   const nl = buf.indexOf(0x0a)
   return nl < 0 ? null : buf.subarray(0, nl)
+}
+
+/** A record's size in the file: its JSON and what chaining adds (seq, prev, hash). */
+function estimateBytes (json: string): number {
+  return Buffer.byteLength(json) + 180
 }
 
 function timestamp (ms: number): string {
@@ -180,6 +226,14 @@ export class AuditTrail {
   private droppedSinceHead = 0
   private failures = 0
   private closed = false
+  /** Records committed this turn, written together by the scheduled flush (commit). */
+  private pending: Pending[] = []
+  private flushScheduled = false
+  /**
+   * Whether the live file was found to be ours (checkLive) during this turn of the
+   * event loop: healthy() and the turn's group share that check (cleared by the flush).
+   */
+  private checkedThisTurn = false
 
   private constructor (cfg: AuditConfig, private readonly log: Logger, opts: AuditTrailOptions) {
     this.file = cfg.file ?? null
@@ -224,34 +278,101 @@ export class AuditTrail {
   }
 
   /**
+   * Build the record for `input` now (what it says is what the request is at this
+   * moment) and write it with the others committed in this turn of the event loop.
+   * Resolves true once its group is written, false when it was dropped (onFailure:
+   * open); rejects with AuditWriteError when it could not be written (closed). The
+   * caller completes the answer only after it settles.
+   */
+  async commit (input: AuditInput): Promise<boolean> {
+    const json = recordJson(buildRecord(input, this.level, { redactEnv: this.redactEnv }))
+    return await new Promise<boolean>((resolve, reject) => {
+      this.pending.push({ json, resolve, reject })
+      this.scheduleFlush()
+    })
+  }
+
+  /**
    * Write one record. When this returns, the line is in the file (and on stdout).
    * Throws AuditWriteError when it cannot be written and onFailure is `closed`.
+   * Records committed before it and not yet written go first, in the same write.
    */
   /** Returns false when the record was dropped (onFailure: open); throws when it must not be (closed). */
   append (record: AuditRecord): boolean {
-    if (this.closed) {
-      const e = new AuditWriteError('audit trail: closed', 'AUDIT_CLOSED', 'file')
-      if (this.onFailure === 'closed') throw e
-      this.dropped++
-      return false
-    }
-    try {
-      const json = recordJson(record)
-      if (this.file !== null) {
-        if (this.live === null) this.openLive(this.incident ?? 'the audit file was not open')
-        else this.checkLive()
-        this.maybeRotate(Buffer.byteLength(json) + 180)
+    let outcome: { written: boolean } | { error: AuditWriteError } = { written: false }
+    this.pending.push({ json: recordJson(record), resolve: (written) => { outcome = { written } }, reject: (error) => { outcome = { error } } })
+    this.flush(true)
+    if ('error' in outcome) throw outcome.error
+    return outcome.written
+  }
+
+  private scheduleFlush (): void {
+    if (this.flushScheduled) return
+    this.flushScheduled = true
+    setImmediate(() => {
+      this.flushScheduled = false
+      this.flush(false)
+      this.checkedThisTurn = false
+    })
+  }
+
+  /**
+   * Write what is pending, in groups of at most GROUP_MAX records. `check`: whether the
+   * live file is checked again even if it was checked this turn (append: every call).
+   */
+  private flush (check: boolean): void {
+    while (this.pending.length > 0) {
+      const group = this.pending.splice(0, GROUP_MAX)
+      if (this.closed) {
+        this.settle(group, new AuditWriteError('audit trail: closed', 'AUDIT_CLOSED', 'file'), false)
+        continue
       }
-      this.writeChained(json)
-      this.recovered()
-      return true
-    } catch (err) {
-      const e = toWriteError(err)
-      this.noteFailure(e)
-      if (this.onFailure === 'closed') throw e
-      this.dropped++
-      this.droppedSinceHead++
-      return false
+      try {
+        this.writeGroup(group.map((p) => p.json), check || !this.checkedThisTurn)
+        this.recovered()
+      } catch (err) {
+        const e = toWriteError(err)
+        this.noteFailure(e)
+        this.settle(group, e, true)
+        continue
+      }
+      for (const p of group) p.resolve(true)
+    }
+  }
+
+  /** A group that was not written: rejected (onFailure: closed) or dropped and counted (open). */
+  private settle (group: Pending[], e: AuditWriteError, sinceHead: boolean): void {
+    if (this.onFailure === 'closed') {
+      for (const p of group) p.reject(e)
+      return
+    }
+    this.dropped += group.length
+    if (sinceHead) this.droppedSinceHead += group.length
+    for (const p of group) p.resolve(false)
+  }
+
+  /** Check the live file (`check`), rotate where due, chain and write the records. */
+  private writeGroup (jsons: string[], check: boolean): void {
+    if (this.file === null) {
+      this.writeChained(jsons)
+      return
+    }
+    if (this.live === null) this.openLive(this.incident ?? 'the audit file was not open')
+    else if (check) this.checkLive()
+    // A rotation falls between two records of a group, as it would between two appends.
+    let start = 0
+    while (start < jsons.length) {
+      let estimate = estimateBytes(jsons[start])
+      this.maybeRotate(estimate)
+      let end = start + 1
+      while (end < jsons.length) {
+        const next = estimateBytes(jsons[end])
+        if (this.maxBytes !== undefined && this.live!.size + estimate + next > this.maxBytes) break
+        estimate += next
+        end++
+      }
+      this.writeChained(start === 0 && end === jsons.length ? jsons : jsons.slice(start, end))
+      start = end
     }
   }
 
@@ -267,9 +388,15 @@ export class AuditTrail {
     if (this.file === null) return this.stdoutErr === null || this.now() - this.stdoutFailedAt >= this.retryMs
     if (this.live !== null && this.broken === null) {
       // The same cheap check an append makes (one stat): a file removed, replaced or
-      // changed under the trail is found before the engine acts, not after.
+      // changed under the trail is found before the engine acts, not after. Once per
+      // turn of the event loop: the requests checked in one turn are as close together
+      // as the stat and the write of one request are, and the turn's group (written in
+      // this turn's setImmediate) rides on the same check.
+      if (this.checkedThisTurn) return true
       try {
         this.checkLive()
+        this.checkedThisTurn = true
+        this.scheduleFlush()
         return true
       } catch (err) {
         this.noteFailure(toWriteError(err))
@@ -304,6 +431,8 @@ export class AuditTrail {
   /** Close the file (the chain continues from it at the next start) and flush the transport. */
   async close (): Promise<void> {
     if (this.closed) return
+    // Records committed and not yet written go out first.
+    this.flush(true)
     this.closed = true
     this.closeLive()
     await this.closeTransport()
@@ -321,24 +450,38 @@ export class AuditTrail {
     return recordJson(r)
   }
 
-  /** Chain and write one record's JSON to every sink. */
-  private writeChained (json: string): void {
-    const seq = this.seq + 1
-    const { line, hash } = chainLine(json, seq, this.hash)
+  /** Chain records' JSON and write them to every sink, one write per sink (and one seal). */
+  private writeChained (jsons: string | string[]): void {
+    const list = typeof jsons === 'string' ? [jsons] : jsons
+    let seq = this.seq
+    let hash = this.hash
+    let text = ''
+    /** Size and hash after the record before the last (the seal's other slot), when there are two or more. */
+    let before: { seq: number, hash: string, bytes: number } | null = null
+    for (let i = 0; i < list.length; i++) {
+      if (i > 0 && i === list.length - 1) before = { seq, hash: hash!, bytes: Buffer.byteLength(text) }
+      const c = chainLine(list[i], ++seq, hash)
+      text += c.line
+      hash = c.hash
+    }
     const live = this.live
     if (live !== null) {
-      this.writeFile(live, line)
-      live.size += Buffer.byteLength(line)
+      this.writeFile(live, text)
+      const start = live.size
+      live.size += Buffer.byteLength(text)
       this.seq = seq
       this.hash = hash
-      live.records++
-      this.writeSeal(live)
+      live.records += list.length
+      // The record before the last is sealed first, in the other slot: a torn write of
+      // the last one's slot then leaves the seal one record behind, as with one record.
+      if (before !== null) this.writeSeal(live, { seq: before.seq, size: start + before.bytes, hash: before.hash })
+      this.writeSeal(live, { seq, size: live.size, hash: hash! })
     }
     if (this.stdoutFd !== null) {
-      this.writeStdout(line)
+      this.writeStdout(text)
       if (live === null) { this.seq = seq; this.hash = hash }
     }
-    if (this.transportLog !== null) this.writeTransport(line)
+    if (this.transportLog !== null) for (const line of text.split('\n').slice(0, -1)) this.writeTransport(`${line}\n`)
   }
 
   private destination (fd: number): Destination {
@@ -360,8 +503,8 @@ export class AuditTrail {
     throw new AuditWriteError(`audit trail: cannot write ${this.file}: ${err.message}`, errno(err), 'file', err)
   }
 
-  private writeSeal (live: Live): void {
-    const { offset, bytes } = sealSlot({ seq: this.seq, size: live.size, hash: this.hash! })
+  private writeSeal (live: Live, seal: Seal = { seq: this.seq, size: live.size, hash: this.hash! }): void {
+    const { offset, bytes } = sealSlot(seal)
     try {
       fs.writeSync(live.sealFd, bytes, 0, bytes.length, offset)
     } catch (err) {
@@ -559,7 +702,7 @@ export class AuditTrail {
       const head = first === null ? null : parseLine(first)
       if (head !== null && 'record' in head && head.record.event === 'chain.head') found.head = head
       else found.problem = `its first line is not a sound chain.head record${head !== null && 'problem' in head ? ` (${head.problem})` : ''}`
-      const { lines, partial } = readTail(fd, size, 16)
+      const { lines, partial } = readTail(fd, size, GROUP_MAX + 2)
       for (let i = lines.length - 1; i >= 0 && found.last === null; i--) {
         const p = parseLine(lines[i])
         if ('record' in p) found.last = p
@@ -577,8 +720,11 @@ export class AuditTrail {
         found.problem = `it was truncated: it ends with record ${last.record.seq}, its seal says record ${seal.seq} was written`
       } else if (seal.seq === last.record.seq) {
         if (seal.hash !== last.hash || seal.size !== size) found.problem = `its last record (seq ${seal.seq}) is not the one sealed`
-      } else if (seal.seq === last.record.seq - 1 && last.record.prev === seal.hash) {
-        found.warning = `the last record (seq ${last.record.seq}) was written but not sealed (the gateway stopped in between); sealing it now`
+      } else if (unsealedGroup(lines, size, seal, last)) {
+        const n = last.record.seq - seal.seq
+        found.warning = n === 1
+          ? `the last record (seq ${last.record.seq}) was written but not sealed (the gateway stopped in between); sealing it now`
+          : `the last ${n} records (seq ${seal.seq + 1} to ${last.record.seq}) were written but not sealed (the gateway stopped between a group's write and its seal); sealing them now`
       } else {
         found.problem = `records after seq ${seal.seq} are not sealed (written by another process?)`
       }

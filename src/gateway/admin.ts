@@ -40,11 +40,11 @@ function parseLines (body: unknown): PolicyLine[] {
   })
 }
 
-function send (ctx: RequestContext, res: ServerResponse, on: AnswerEvents, status: number, value: unknown): void {
+async function send (ctx: RequestContext, res: ServerResponse, on: AnswerEvents, status: number, value: unknown): Promise<void> {
   const body = Buffer.from(JSON.stringify(value) + '\n')
   ctx.status = status
   // The audit record goes out before the answer, as for forwarded requests.
-  on('finished')
+  await on('finished')
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(body.length), 'cache-control': 'no-store' })
   res.end(body)
   ctx.bytesOut += body.length
@@ -55,7 +55,7 @@ export function policyAdmin (store: PolicyStore): PolicyAdmin {
     const op = ctx.target!.operation.id
     if (op === 'PortcullisPolicyList') {
       const p = store.current
-      send(ctx, res, on, 200, { version: p.version, source: p.source, ...(store.database ? { database: store.database.where } : {}), lines: p.lines })
+      await send(ctx, res, on, 200, { version: p.version, source: p.source, ...(store.database ? { database: store.database.where } : {}), lines: p.lines })
       return
     }
     const lines = parseLines(body)
@@ -67,6 +67,6 @@ export function policyAdmin (store: PolicyStore): PolicyAdmin {
       if (err instanceof DatabaseError) throw new GatewayError('POLICY_STORE_UNAVAILABLE', `${op} failed, the policy was not changed: ${err.message}`)
       throw err
     }
-    send(ctx, res, on, 200, { version: result.version, [op === 'PortcullisPolicyAdd' ? 'added' : 'removed']: result.changed, notified: result.notified })
+    await send(ctx, res, on, 200, { version: result.version, [op === 'PortcullisPolicyAdd' ? 'added' : 'removed']: result.changed, notified: result.notified })
   }
 }

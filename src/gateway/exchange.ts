@@ -42,13 +42,15 @@ export interface LocalAnswer { readonly status: number, readonly body: unknown }
  *   sends it: resolves when the identity has its turn to work on it again.
  * - `streaming`: the engine's head arrived, for a streamed answer (logs -f, events, a
  *   pull): the request is a long stream from now on.
- * - `established`: a hijacked session is established, before the client hears of it.
- *   Throws to end the session before it starts (its audit record could not be written).
- * - `finished`: the answer is complete but for its last byte, which goes out only after
- *   this returns. Throws to cut the answer short (its audit record could not be written).
+ * - `established`: a hijacked session is established, before the client hears of it,
+ *   which it does only once this resolves (its first audit record is written). Rejects
+ *   to end the session before it starts (its audit record could not be written).
+ * - `finished`: the answer is complete but for its last byte, which goes out only once
+ *   this resolves (its audit record is written, with the others of its turn of the
+ *   event loop). Rejects to cut the answer short (the record could not be written).
  */
 export type AnswerEvent = 'answering' | 'streaming' | 'established' | 'finished'
 export interface AnswerEvents {
-  (event: 'answering'): Promise<void>
-  (event: 'streaming' | 'established' | 'finished'): void
+  (event: 'answering' | 'established' | 'finished'): Promise<void>
+  (event: 'streaming'): void
 }

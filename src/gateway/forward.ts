@@ -94,7 +94,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
     // An engine error naming the tenant's objects, in the tenant's names (tenancy/names.ts).
     if (ctx.errorText !== undefined && answer.statusCode >= 400) whole = errorInTenantNames(whole, ctx.errorText)
     ctx.bytesOut = whole.length
-    finish()
+    await finish()
     // The engine's own Date header is passed on; Node must not add a second one.
     res.sendDate = false
     res.writeHead(answer.statusCode, whole.length === length ? endToEnd(answer.headers) : { ...endToEnd(answer.headers), 'content-length': String(whole.length) })
@@ -104,7 +104,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   // An answer without a body is complete with its head: record it before the head.
   if (req.method === 'HEAD' || answer.statusCode === 204 || answer.statusCode === 304 || length === 0) {
     try {
-      finish()
+      await finish()
     } catch (err) {
       answer.body.destroy()
       throw err
@@ -118,14 +118,9 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   if (target.operation.streams) res.flushHeaders()
   try {
     if (length === undefined) {
-      // A chunked or close-delimited answer is complete only with its end: counted by
-      // watching the chunks go by, recorded on the engine's end before the pipe ends
-      // the answer (listeners run in the order added), cut if it cannot be recorded.
-      answer.body.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
-      answer.body.once('end', () => {
-        try { finish() } catch { res.destroy() }
-      })
-      await pipeline(answer.body, res)
+      // A chunked or close-delimited answer is complete only with its end: recorded
+      // once the engine's end is in, before the end is passed on; cut if it cannot be.
+      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish), res)
     } else {
       await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish, length), res)
     }
@@ -161,11 +156,11 @@ async function * filtered (filter: BodyFilter, source: AsyncIterable<Buffer>, re
 }
 
 /** The gateway's own answer in the engine's shape (JSON), recorded before it is sent. */
-export function answerLocally (ctx: RequestContext, answer: LocalAnswer, res: ServerResponse, on: AnswerEvents): void {
+export async function answerLocally (ctx: RequestContext, answer: LocalAnswer, res: ServerResponse, on: AnswerEvents): Promise<void> {
   const body = Buffer.from(JSON.stringify(answer.body) + '\n')
   ctx.status = answer.status
   ctx.bytesOut = body.length
-  on('finished')
+  await on('finished')
   res.writeHead(answer.status, { 'content-type': 'application/json', 'content-length': String(body.length) })
   res.end(body)
 }
@@ -265,13 +260,13 @@ async function wholeAnswer (ctx: RequestContext, answer: Answer, why: 'filter' |
  * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
  * stream of JSON texts (events) passed record by record, each kept or dropped in order.
  */
-async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController, finish: () => void): Promise<void> {
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController, finish: () => Promise<void>): Promise<void> {
   const headers = narrowedHeaders(answer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
     const out = await narrowJson(await wholeAnswer(ctx, answer, 'filter'), filter, ctx.target?.operation.id ?? '')
     ctx.bytesOut = out.length
-    finish()
+    await finish()
     res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
     res.end(out)
     return
@@ -280,7 +275,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
     const out = await wholeAnswer(ctx, answer, 'hold')
     await filter.then()
     ctx.bytesOut = out.length
-    finish()
+    await finish()
     res.writeHead(answer.statusCode, answer.statusCode === 204 ? headers : { ...headers, 'content-length': String(out.length) })
     res.end(out)
     return

@@ -133,14 +133,38 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       ctx.upstreamMs = performance.now() - sent
       ctx.status = res.statusCode
       ctx.hijack = client.form
+      // Until the session's first record is written, the engine's bytes wait in its
+      // socket, and a reset is noted rather than thrown.
+      engine.pause()
+      let reset: Error | null = null
+      const onReset = (err: Error): void => { reset = err }
+      engine.on('error', onReset)
+      let established: Promise<void>
       try {
-        on('established')
+        // (Promise.resolve: a caller's `on` may answer synchronously.)
+        established = Promise.resolve(on('established'))
       } catch (err) {
+        established = Promise.reject(err)
+      }
+      established.then(() => {
+        engine.off('error', onReset)
+        // Either side gone while the record was written: the session ends here.
+        if (reset !== null || engine.destroyed || clientDuplex().destroyed) {
+          engine.destroy()
+          clientDuplex().destroy()
+          settle()
+          return
+        }
+        relay(res, engine, engineHead)
+      }, (err: unknown) => {
         // Nothing has reached the client yet: end the session before it starts.
+        engine.off('error', onReset)
         engine.destroy()
         settle(err)
-        return
-      }
+      })
+    })
+
+    const relay = (res: IncomingMessage, engine: Socket, engineHead: Buffer): void => {
       engine.setNoDelay(true)
       if (client.form === 'upgrade') {
         const head: HeaderMap = {}
@@ -175,7 +199,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         engine.on('error', reset)
         engine.on('close', () => { if (!engine.readableEnded) reset() })
       }
-    })
+    }
 
     upReq.on('response', (res: IncomingMessage) => {
       // The engine declined to hijack: relay its ordinary answer and close.
@@ -185,9 +209,17 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
       const headers = endToEnd(res.headersDistinct)
       const length = declaredLength(res.headers)
       const finish = finishOnce(on, () => { ctx.aborted ??= 'not-recorded' })
+      res.once('error', () => settle())
       if (length === 0 || res.statusCode === 204 || res.statusCode === 304) {
-        try { finish() } catch (err) { settle(err); res.destroy(); return }
+        // Head-only: recorded before anything is relayed.
+        res.pause()
+        finish().then(() => { relayAnswer(res, finish, headers, length) }, (err: unknown) => { settle(err); res.destroy() })
+        return
       }
+      relayAnswer(res, finish, headers, length)
+    })
+
+    const relayAnswer = (res: IncomingMessage, finish: () => Promise<void>, headers: HeaderMap, length: number | undefined): void => {
       const body = res.pipe(counter((n) => { ctx.bytesOut += n }, finish, length))
       // A `finished` that throws (the audit record could not be written) cuts the answer short.
       body.once('error', () => { (client.form === 'upgrade' ? client.socket : client.res).destroy(); settle() })
@@ -203,8 +235,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         body.pipe(client.res)
         client.res.once('close', () => { res.destroy(); settle() })
       }
-      res.once('error', () => settle())
-    })
+    }
 
     if (ctx.body?.length) upReq.write(ctx.body)
     upReq.end()

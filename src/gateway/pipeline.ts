@@ -349,13 +349,15 @@ function deniedByTenancy (ctx: RequestContext, refusal: TenancyRefusal): void {
 
 /**
  * Write the audit record for `ctx`. The request record goes out before the answer
- * completes (forward/hijack send `finished` before the last byte; errors are recorded
+ * completes (forward/hijack await `finished` before the last byte; errors are recorded
  * before they are sent); a hijacked session gets a record when it is established and
- * one when it ends. With audit.onFailure: closed a failed write throws AUDIT_UNAVAILABLE.
+ * one when it ends. The record is taken from `ctx` now; it is written with the others
+ * of this turn of the event loop (AuditTrail.commit), and the promise settles once it
+ * is. With audit.onFailure: closed a failed write rejects with AUDIT_UNAVAILABLE.
  */
-function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'session.start' | 'session.end'): void {
+async function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'session.start' | 'session.end'): Promise<void> {
   try {
-    const written = deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
+    const written = await deps.audit.commit(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
     if (written) deps.metrics.auditWritten()
     else { deps.metrics.auditFailed(); deps.log.error({ req: ctx.id, op: ctx.target?.operation.id }, 'audit record dropped (audit.onFailure: open)') }
   } catch (err) {
@@ -386,26 +388,30 @@ async function sessionExit (deps: GatewayDeps, ctx: RequestContext): Promise<voi
  */
 function answerEvents (deps: GatewayDeps, ctx: RequestContext): { on: AnswerEvents, ended: () => void } {
   let closeSession: (() => void) | null = null
-  function on (event: 'answering'): Promise<void>
-  function on (event: 'streaming' | 'established' | 'finished'): void
+  function on (event: 'answering' | 'established' | 'finished'): Promise<void>
+  function on (event: 'streaming'): void
   function on (event: AnswerEvent): void | Promise<void> {
     switch (event) {
       case 'answering': return turnForAnswer(deps, ctx)
       case 'streaming': letGo(deps, ctx); return
-      case 'established':
-        audit(deps, ctx, 'session.start')
+      case 'established': {
+        // The record is taken before letGo drops what it reads.
+        const written = audit(deps, ctx, 'session.start')
         ctx.audited = 'session'
         closeSession = deps.metrics.sessionOpened(ctx.listener)
         letGo(deps, ctx)
-        return
+        return written
+      }
       case 'finished':
-        if (ctx.audited) return
+        if (ctx.audited) return FINISHED
         ctx.audited = 'request'
-        audit(deps, ctx, 'request')
+        return audit(deps, ctx, 'request')
     }
   }
   return { on, ended: () => { closeSession?.() } }
 }
+
+const FINISHED = Promise.resolve()
 
 /** How much of a refused upload is read and dropped before the refusal is sent. */
 const DISCARD_MAX_BYTES = 1024 * 1024 * 1024
@@ -443,10 +449,11 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
   try { ctx.settled?.(ctx.status ?? 0) } catch (err) { deps.log.error({ req: ctx.id, err: { message: (err as Error).message } }, 'tenancy settle failed') }
   // A session's end, or a request that ended before its answer completed (client gone,
   // upstream failure): recorded now, after the fact; nothing is left to refuse.
-  try {
-    if (ctx.audited === 'session') audit(deps, ctx, 'session.end')
-    else if (!ctx.audited) { ctx.audited = 'request'; audit(deps, ctx, 'request') }
-  } catch { /* already counted and logged by audit() */ }
+  const after = ctx.audited === 'session' ? 'session.end' : ctx.audited ? null : 'request'
+  if (after !== null) {
+    ctx.audited ??= 'request'
+    audit(deps, ctx, after).catch(() => { /* already counted and logged by audit() */ })
+  }
   const op = ctx.target?.operation.id ?? null
   const line = {
     req: ctx.id,
@@ -513,7 +520,7 @@ async function check (deps: GatewayDeps, ctx: RequestContext, req: IncomingMessa
     return 'answered'
   }
   if (ctx.answer) {
-    answerLocally(ctx, ctx.answer, res, on)
+    await answerLocally(ctx, ctx.answer, res, on)
     return 'answered'
   }
   return op.hijack === 'tcp' && !(isExecStart(op.id) && detaches(body)) ? 'hijack' : 'forward'
@@ -555,7 +562,7 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
     if (err instanceof TenancyRefusal) deniedByTenancy(ctx, err)
     let e = fail(ctx, err)
     if (!res.headersSent && !res.destroyed) {
-      try { on('finished') } catch (auditErr) { e = fail(ctx, auditErr) }
+      try { await on('finished') } catch (auditErr) { e = fail(ctx, auditErr) }
       const { status, body, headers } = renderError(e)
       // A refusal made while the upload streams (an archive a tenant may not load): the
       // rest of it is read and dropped first, within bounds, so that a client that writes
@@ -598,7 +605,7 @@ export async function handleUpgrade (deps: GatewayDeps, listener: ListenerConfig
     await sessionExit(deps, ctx)
   } catch (err) {
     let e = fail(ctx, err)
-    try { on('finished') } catch (auditErr) { e = fail(ctx, auditErr) }
+    try { await on('finished') } catch (auditErr) { e = fail(ctx, auditErr) }
     writeSocketError(socket, e)
   } finally {
     ended()

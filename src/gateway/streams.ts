@@ -3,12 +3,13 @@ import { Transform, type TransformCallback } from 'node:stream'
 
 /**
  * A pass-through stream that adds the bytes it carries to a counter, and runs
- * `beforeEnd` once all bytes have arrived but before the answer is complete. For a
- * body of known `length` the chunk that completes it is held back until `beforeEnd`
- * has run (the client would otherwise hold a complete answer); for a chunked or
- * close-delimited body the end itself is what completes the answer.
+ * `beforeEnd` once all bytes have arrived but before the answer is complete (waiting
+ * for it when it returns a promise: the audit record's write). For a body of known
+ * `length` the chunk that completes it is held back until `beforeEnd` has run (the
+ * client would otherwise hold a complete answer); for a chunked or close-delimited
+ * body the end itself is what completes the answer.
  */
-export function counter (add: (n: number) => void, beforeEnd?: () => void, length?: number): Transform {
+export function counter (add: (n: number) => void, beforeEnd?: () => void | Promise<void>, length?: number): Transform {
   let seen = 0
   let held: Buffer | null = null
   return new Transform({
@@ -23,12 +24,15 @@ export function counter (add: (n: number) => void, beforeEnd?: () => void, lengt
       }
     },
     flush (cb: TransformCallback) {
+      let pending
       try {
-        beforeEnd?.()
-        cb(null, held ?? undefined)
+        pending = beforeEnd?.()
       } catch (err) {
         cb(err as Error)
+        return
       }
+      if (pending === undefined) cb(null, held ?? undefined)
+      else pending.then(() => { cb(null, held ?? undefined) }, (err: unknown) => { cb(err as Error) })
     },
   })
 }
@@ -36,21 +40,20 @@ export function counter (add: (n: number) => void, beforeEnd?: () => void, lengt
 /**
  * The `finished` event of an answer, sent once however many ways its end is seen (a
  * head-only answer is finished before its head, and its declared length is never
- * reached). When it throws (the audit record could not be written) the answer is cut:
- * `cut` records why before the error goes on.
+ * reached); a second call waits for the first. When it fails (the audit record could
+ * not be written) the answer is cut: `cut` records why before the error goes on.
  */
-export function finishOnce (on: (event: 'finished') => void, cut: () => void): () => void {
-  let sent = false
-  return () => {
-    if (sent) return
-    sent = true
+export function finishOnce (on: (event: 'finished') => void | Promise<void>, cut: () => void): () => Promise<void> {
+  let sent: Promise<void> | null = null
+  const send = async (): Promise<void> => {
     try {
-      on('finished')
+      await on('finished')
     } catch (err) {
       cut()
       throw err
     }
   }
+  return async () => { await (sent ??= send()) }
 }
 
 /** The body length an answer declares, if it declares one. */
