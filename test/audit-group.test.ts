@@ -214,7 +214,7 @@ t.test('through a gateway: concurrent requests, fewer writes than records, no an
     // Every complete answer counts, also one read after the kill: the gateway sent it whole.
     answered.push(name)
     if (killed) return
-    // Half the answers are in: kill -9 at once, in the same callback.
+    // N/2 answers are in (of 4N asked): kill -9 at once, in the same callback.
     if (answered.length >= N / 2) { killed = true; gw.kill('SIGKILL') }
   })))
   await done
