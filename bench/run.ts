@@ -29,6 +29,8 @@
  *   BENCH_WRK_BLOCKS        interleaved wrk blocks per side (median reported) [2]
  *   BENCH_LIST_CONTAINERS   containers the tenant owns for the listing [200]
  *   BENCH_LIST_REQUESTS     GET /containers/json?all=1 per side, concurrency 1 [100]
+ *   BENCH_LIST_MANY         containers across BENCH_LIST_TENANTS tenants for the listing among tenants, 1 and 8 at a time (0: none) [2000]
+ *   BENCH_LIST_TENANTS      tenants owning them, the bench tenant one of them [50]
  *   BENCH_CYCLES            create-start-remove cycles per side [16]
  *   BENCH_CREATES           ContainerCreate (20-rule body policy) per side [40]
  *   BENCH_LOGS_BYTES        the logs stream [1000000000]
@@ -89,6 +91,9 @@ const settings = {
   wrkBlocks: envInt('BENCH_WRK_BLOCKS', 2),
   listContainers: envInt('BENCH_LIST_CONTAINERS', 200),
   listRequests: envInt('BENCH_LIST_REQUESTS', 100),
+  // [L] the listing among many tenants (0: left out)
+  listMany: process.env.BENCH_LIST_MANY === '0' ? 0 : envInt('BENCH_LIST_MANY', 2000),
+  listTenants: envInt('BENCH_LIST_TENANTS', 50),
   cycles: envInt('BENCH_CYCLES', 16),
   creates: envInt('BENCH_CREATES', 40),
   logsBytes: envInt('BENCH_LOGS_BYTES', 1_000_000_000),
@@ -364,6 +369,43 @@ async function engineBound (ctx: Context): Promise<{ group: Group, stats: Record
     for (const s of ctx.sides) await onSide(s, async () => await load(s.ep, 'GET', p, 10, 1, ctx.deadline))
     const runs = await interleave(ctx.sides, blocks * 2, async (s) => await onSide(s, async () => await load(s.ep, 'GET', p, Math.max(1, Math.round(settings.listRequests / (blocks * 2))), 1, ctx.deadline)))
     add(`${name} (${counts.direct} containers)`, 'ms', Object.fromEntries(SIDES.map((s) => [s, stats(runs.get(s) ?? [])])), 'req/s')
+  }
+
+  // [L] Listing among many tenants: BENCH_LIST_MANY containers (create-only, never started)
+  // made on the engine directly with the owner labels of BENCH_LIST_TENANTS tenants, one of
+  // them the bench tenant. The tenant's plain list through Portcullis is compared with the
+  // same answer asked of the engine and HAProxy, i.e. with the owner-label filter in the query.
+  if (settings.listMany > 0) {
+    const tenants = Math.max(1, settings.listTenants)
+    const tag = randomBytes(3).toString('hex')
+    say(`engine-bound: ${settings.listMany} containers across ${tenants} tenants (create only, directly on the engine)`)
+    const ids = await parallel(Array.from({ length: settings.listMany }, (_x, i) => i), 8, async (i) => {
+      const owner = i % tenants === 0 ? settings.tenant : `team-many-${i % tenants}`
+      return (await call<Created>(ctx.direct, 'POST', `${API}/containers/create?name=pcb-many-${tag}-${i}`, {
+        Image: ctx.image, Cmd: ['true'], Labels: { 'io.portcullis.tenant': owner, 'io.portcullis.subject': 'bench' },
+      })).Id
+    })
+    try {
+      const filtered = `${API}/containers/json?all=1&filters=${encodeURIComponent(JSON.stringify({ label: [`io.portcullis.tenant=${settings.tenant}`] }))}`
+      const pathOf = (s: Side): string => s.name === 'portcullis' ? `${API}/containers/json?all=1` : filtered
+      const counts: Partial<Record<SideName, number>> = {}
+      for (const s of ctx.sides) counts[s.name] = (await onSide(s, async () => await call<unknown[]>(s.ep, 'GET', pathOf(s)))).length
+      if (counts.portcullis !== counts.direct || counts.haproxy !== counts.direct) ctx.problems.push(`listing among tenants: direct ${counts.direct}, haproxy ${counts.haproxy}, portcullis (tenant) ${counts.portcullis} containers`)
+      for (const c of [1, 8]) {
+        const name = `GET /containers/json?all=1 c${c} (${settings.listMany} containers, ${tenants} tenants; ${counts.direct} the tenant's)`
+        say(`engine-bound: ${name}`)
+        for (const s of ctx.sides) await onSide(s, async () => await load(s.ep, 'GET', pathOf(s), 10, c, ctx.deadline))
+        const cpu = new Map(SIDES.map((s) => [s, cpuZero()]))
+        const per = Math.max(c, Math.round(settings.listRequests / (blocks * 2)))
+        const runs = await interleave(ctx.sides, blocks * 2, async (s) => await onSide(s, async () => await countCpu(ctx.pids, s.name, cpu.get(s.name) ?? cpuZero(), async () => await load(s.ep, 'GET', pathOf(s), per, c, ctx.deadline))))
+        add(name, 'ms', Object.fromEntries(SIDES.map((s) => [s, stats(runs.get(s) ?? [])])), 'req/s')
+        const n = per * blocks * 2
+        notes.push(`${name}: proxy CPU per list ${SIDES.filter((s) => s !== 'direct').map((s) => `${s} ${fmt((cpu.get(s)?.proxy ?? 0) / n * 1e6, 0)} µs`).join(', ')}; engine CPU per list ${SIDES.map((s) => `${s} ${fmt((cpu.get(s)?.engine ?? 0) / n * 1e6, 0)} µs`).join(', ')}`)
+      }
+    } finally {
+      say(`engine-bound: removing the ${ids.length} containers`)
+      await parallel(ids, 8, async (id) => await call(ctx.direct, 'DELETE', `${API}/containers/${id}?force=1`))
+    }
   }
 
   // Create, start, remove (force), timed per cycle.

@@ -3,14 +3,18 @@
  * stage sets these (tenancy/), the context holds them (context.ts), forward.ts applies them.
  */
 
+import type { ListNarrowing } from './json-list'
+
 /** How the engine's answer is filtered for a tenant. */
 export type ResponseFilter =
   /**
    * A JSON answer (2xx only), read whole, transformed and re-serialized with every number
    * as the engine wrote it (forward.ts narrowJson), or sent as the engine's own bytes
-   * when the transform changed nothing.
+   * when the transform changed nothing. `list`: the same narrowing done on the engine's
+   * bytes in one pass (json-list.ts), used when the answer has the engine's shape; a filter
+   * composed with another (tenancy's viewAnswer, redact.ts) is a new one without it.
    */
-  | { readonly kind: 'json', transform (body: any): Promise<unknown> | unknown }
+  | { readonly kind: 'json', transform (body: any): Promise<unknown> | unknown, readonly list?: ListNarrowing }
   /**
    * A stream of JSON lines (events): each kept or dropped, in order. `view`: what a kept
    * line shows instead (it returns the line itself when it changes nothing, and the line

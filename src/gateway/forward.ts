@@ -16,6 +16,7 @@ import { endToEnd, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
 import type { AnswerEvents, BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
 import { decodeJson, encodeBody } from '../api/body/decode'
+import { narrowList } from './json-list'
 
 export async function forward (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream, on: AnswerEvents): Promise<void> {
   const target = ctx.target
@@ -209,6 +210,10 @@ function keptWhole (before: unknown, after: unknown): boolean {
  * and U+2029 are escaped and a newline ends the answer.
  */
 export async function narrowJson (raw: Buffer, filter: Extract<ResponseFilter, { kind: 'json' }>, opId: string): Promise<Buffer> {
+  if (filter.list !== undefined) {
+    const narrowed = narrowList(raw, filter.list)
+    if (narrowed !== undefined) return narrowed
+  }
   let doc: unknown
   // JSON.parse is exact for integers of up to 15 digits and for floats (Go and JavaScript
   // print doubles alike); a longer run of digits anywhere takes the exact decoder.

@@ -14,7 +14,7 @@
 import type { Filters } from './filters'
 import { SUBJECT_LABEL, TENANT_LABEL } from './lookup'
 
-const OWNER_KEYS: readonly string[] = [TENANT_LABEL, SUBJECT_LABEL]
+export const OWNER_KEYS: readonly string[] = [TENANT_LABEL, SUBJECT_LABEL]
 
 /**
  * Labels without the owner labels. The same object when it has none (a list whose

@@ -21,7 +21,7 @@ import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild, judgeTriggers, type BaseImage } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
-import { hideOwner, ownerTermsAsSeen } from './labels'
+import { hideOwner, OWNER_KEYS, ownerTermsAsSeen } from './labels'
 import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
 import { matchesName, RESTRICTED_NAME, TENANT_IMAGE_HOST, type NamedKind } from './names'
 import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage } from './quota'
@@ -119,10 +119,22 @@ function hideAll<T> (doc: T, places: readonly LabelsAt[]): T {
  * And the answer is checked again, whatever the engine did with the filter; `hide`:
  * the owner labels are taken out of what the tenant sees (labels.ts).
  */
-function keepOwn (labels: (o: any) => unknown, opts: { wrap?: 'Volumes', hide?: LabelsAt } = {}): (call: Call) => void {
+function keepOwn (labels: (o: any) => unknown, opts: { wrap?: 'Volumes', hide?: LabelsAt, at?: readonly string[] } = {}): (call: Call) => void {
   return (call) => {
     call.respond = {
       kind: 'json',
+      // The same, in one pass over the engine's bytes (json-list.ts), when `at` says where `labels` reads.
+      ...(opts.at !== undefined
+        ? {
+            list: {
+              ...(opts.wrap !== undefined ? { at: opts.wrap } : {}),
+              labels: opts.at,
+              ownerKey: TENANT_LABEL,
+              keep: (owner: string | null) => owner === call.tenant,
+              ...(opts.hide !== undefined ? { hide: { keys: OWNER_KEYS, empty: opts.hide.empty } } : {}),
+            },
+          }
+        : {}),
       transform: (body) => {
         const keep = (o: any): boolean => ownerOf(labels(o) as Record<string, string>) === call.tenant
         const view = (items: any[]): any[] => {
@@ -1595,7 +1607,7 @@ const distributionInspect: Handler = async (call) => {
  * "label"`) and lists secrets without their labels (measured, 4.3): the gateway asks for
  * the list as the tenant did and keeps the tenant's own, each looked up by its id.
  */
-const dockerSecretList = labelFiltered(keepOwn((s) => s?.Spec?.Labels))
+const dockerSecretList = labelFiltered(keepOwn((s) => s?.Spec?.Labels, { at: ['Spec', 'Labels'] }))
 const secretList: Handler = async (call) => {
   if (await call.r.engine() !== 'podman') return await dockerSecretList(call)
   call.respond = {
@@ -1612,7 +1624,7 @@ const NOT_TENANT = 'engine-wide'
 
 export const handlers: Readonly<Record<string, Handler>> = {
   // Containers
-  ContainerList: plainList('container', labelFiltered(keepOwn((c) => c?.Labels, { hide: CONTAINER_LABELS }))),
+  ContainerList: plainList('container', labelFiltered(keepOwn((c) => c?.Labels, { hide: CONTAINER_LABELS, at: ['Labels'] }))),
   ContainerCreate: containerCreate,
   ContainerInspect: containerInspect,
   ContainerTop: containerTop,
@@ -1676,7 +1688,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SystemEvents: systemEvents,
   SystemDataUsage: systemDf,
   // Volumes
-  VolumeList: plainList('volume', labelFiltered(keepOwn((v) => v?.Labels, { wrap: 'Volumes', hide: VOLUME_LABELS })), 'Volumes'),
+  VolumeList: plainList('volume', labelFiltered(keepOwn((v) => v?.Labels, { wrap: 'Volumes', hide: VOLUME_LABELS, at: ['Labels'] })), 'Volumes'),
   VolumeCreate: volumeCreate,
   VolumeInspect: volumeInspect,
   VolumeUpdate: owned('volume', 'name'),
@@ -1725,7 +1737,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SwarmUpdate: denied('swarm-read-only', 'the swarm is read-only for tenants'),
   SwarmUnlockkey: swarmChange(false),
   SwarmUnlock: swarmChange(false),
-  ServiceList: labelFiltered(keepOwn((s) => s?.Spec?.Labels)),
+  ServiceList: labelFiltered(keepOwn((s) => s?.Spec?.Labels, { at: ['Spec', 'Labels'] })),
   ServiceCreate: serviceCreate,
   ServiceInspect: owned('service'),
   ServiceDelete: owned('service'),
@@ -1739,7 +1751,7 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SecretInspect: owned('secret'),
   SecretDelete: owned('secret'),
   SecretUpdate: swarmUpdate('secret'),
-  ConfigList: labelFiltered(keepOwn((s) => s?.Spec?.Labels)),
+  ConfigList: labelFiltered(keepOwn((s) => s?.Spec?.Labels, { at: ['Spec', 'Labels'] })),
   ConfigCreate: swarmCreate('config'),
   ConfigInspect: owned('config'),
   ConfigDelete: owned('config'),
