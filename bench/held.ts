@@ -76,16 +76,18 @@ function inspectorUrl (gw: GatewayProcess): string {
 }
 
 /** A full collection in the gateway, then its V8 heap in use. */
-async function heapAfterGc (url: string): Promise<number> {
+async function heapAfterGc (url: string, snapshot?: string): Promise<number> {
   const ws = new WebSocket(url)
   await new Promise<void>((resolve, reject) => {
     ws.addEventListener('open', () => resolve(), { once: true })
     ws.addEventListener('error', () => reject(new Error(`cannot reach the gateway's inspector at ${url}`)), { once: true })
   })
   let id = 0
+  const chunks: string[] = []
   const pending = new Map<number, (result: any) => void>()
   ws.addEventListener('message', (e) => {
-    const msg = JSON.parse(String(e.data)) as { id?: number, result?: unknown }
+    const msg = JSON.parse(String(e.data)) as { id?: number, result?: unknown, method?: string, params?: { chunk: string } }
+    if (msg.method === 'HeapProfiler.addHeapSnapshotChunk') chunks.push(msg.params!.chunk)
     if (msg.id !== undefined) pending.get(msg.id)?.(msg.result)
   })
   const send = async (method: string): Promise<any> => await new Promise((resolve) => {
@@ -97,14 +99,19 @@ async function heapAfterGc (url: string): Promise<number> {
     await send('HeapProfiler.collectGarbage')
     await send('HeapProfiler.collectGarbage')
     const usage = await send('Runtime.getHeapUsage') as { usedSize: number }
+    // HELD_SNAPSHOTS=dir: a heap snapshot at each measurement, to compare by constructor.
+    if (snapshot) {
+      await send('HeapProfiler.takeHeapSnapshot')
+      fs.writeFileSync(snapshot, chunks.join(''))
+    }
     return usage.usedSize
   } finally {
     ws.close()
   }
 }
 
-async function memory (gw: GatewayProcess, url: string): Promise<Memory> {
-  const heapUsed = await heapAfterGc(url)
+async function memory (gw: GatewayProcess, url: string, snapshot?: string): Promise<Memory> {
+  const heapUsed = await heapAfterGc(url, snapshot)
   // Let the collection's freed pages go back before reading the resident set.
   await sleep(500)
   return { rss: readMemory(gw.pid).rss, heapUsed, fds: fs.readdirSync(`/proc/${gw.pid}/fd`).length }
@@ -168,6 +175,8 @@ export async function runHeld (o: HeldOptions): Promise<HeldResult> {
     return endpoint(o.socket, 4, { authorization: `Bearer ${token}` })
   })
   const containers: string[] = []
+  const snaps = process.env.HELD_SNAPSHOTS
+  const snap = (name: string): string | undefined => snaps ? path.join(snaps, `${o.sessions}-${name}.heapsnapshot`) : undefined
   const ping = endpoint(o.socket, 8, tenants[0]!.headers as Record<string, string>)
   const held: Held[] = []
   try {
@@ -184,7 +193,7 @@ export async function runHeld (o: HeldOptions): Promise<HeldResult> {
     const deadline = Date.now() + o.stepTimeoutMs
     await load(ping, 'GET', '/_ping', Math.min(200, o.pings), 8, deadline)
     const pingIdle = pingStats((await within('held: idle pings', o.stepTimeoutMs, load(ping, 'GET', '/_ping', o.pings, 8, deadline))).latenciesMs)
-    const start = await within('held: memory at start', o.stepTimeoutMs, memory(o.gateway, url))
+    const start = await within('held: memory at start', o.stepTimeoutMs, memory(o.gateway, url, snap('start')))
 
     const kinds = ['logs', 'events', 'attach'] as const
     const opened = { logs: 0, events: 0, attach: 0 }
@@ -197,13 +206,15 @@ export async function runHeld (o: HeldOptions): Promise<HeldResult> {
     }))
     await sleep(3000)
     const pingHeld = pingStats((await within('held: pings while held', o.stepTimeoutMs, load(ping, 'GET', '/_ping', o.pings, 8, Date.now() + o.stepTimeoutMs))).latenciesMs)
-    const during = await within('held: memory while held', o.stepTimeoutMs, memory(o.gateway, url))
+    const during = await within('held: memory while held', o.stepTimeoutMs, memory(o.gateway, url, snap('held')))
     const silent = held.filter((h) => h.bytes === 0).length
     o.say(`held: closing ${held.length} sessions`)
     for (const h of held.splice(0)) h.close()
-    // The gateway sees each close, ends its engine side and writes the audit records.
+    // The gateway sees each close, ends its engine side and writes the audit records:
+    // measured once its descriptors are back near the start (at most a minute).
     await sleep(3000)
-    const after = await within('held: memory after close', o.stepTimeoutMs, memory(o.gateway, url))
+    for (const end = Date.now() + 60_000; Date.now() < end && fs.readdirSync(`/proc/${o.gateway.pid}/fd`).length > start.fds + 16;) await sleep(500)
+    const after = await within('held: memory after close', o.stepTimeoutMs, memory(o.gateway, url, snap('after')))
     if (process.env.HELD_DEBUG) o.say(execSync(`ss -xp | grep -c 'pid=${o.gateway.pid},'`).toString())
     if (process.env.HELD_DEBUG) await sleep(35_000)
     if (process.env.HELD_DEBUG) o.say(execSync(`ss -xp | grep 'pid=${o.gateway.pid},' | awk '{print $2, $5}' | sed 's/[0-9][0-9]*$//' | sort | uniq -c | sort -rn | head -20`).toString())
