@@ -47,6 +47,10 @@
  *   BENCH_FAIRNESS_BLOCKS   blocks alone and during each flood [2]
  *   BENCH_ONLY=fairness     only section 7 (one tenant's flood, another's _ping): the engine,
  *                           the gateway and BENCH_LIST_CONTAINERS containers of tenant A, no HAProxy
+ *   BENCH_HELD_SESSIONS     section 8: logs -f, events and attach sessions held by 30 tenants through a
+ *                           second gateway (inspector on: heap after GC), memory before, held and
+ *                           after close, _ping while held [3000]
+ *   BENCH_ONLY=held         only section 8 (the engine and that gateway, no HAProxy)
  *   BENCH_BUDGET_MINUTES    the whole run stops, cleans up and fails past this [15]
  * e.g. a quick check: BENCH_REQUESTS=300 BENCH_VERSION_REQUESTS=60 BENCH_WRK_SECONDS=1
  *   BENCH_WRK_BLOCKS=1 BENCH_LIST_CONTAINERS=20 BENCH_LIST_REQUESTS=20 BENCH_CYCLES=4
@@ -70,6 +74,7 @@ import { renderPolicyBench, runPolicyBench, writeBenchPolicy, type PolicyBench }
 import { fairnessTargets, renderFairness, runFairness, type FairnessCase, type FairnessOptions } from './fairness'
 import { fmt, ratio, renderGroup, renderTargets, table, type Column, type Group, type Row, type Target } from './report'
 import { wrk, writeWrkScript, type WrkRun } from './wrk'
+import { renderHeld, runHeld, within, type HeldResult } from './held'
 
 const MB = 1e6
 
@@ -110,6 +115,7 @@ const settings = {
   fairnessPings: envInt('BENCH_FAIRNESS_PINGS', 1000),
   fairnessBlocks: envInt('BENCH_FAIRNESS_BLOCKS', 2),
   only: process.env.BENCH_ONLY ?? '',
+  heldSessions: envInt('BENCH_HELD_SESSIONS', 3000),
   /** Issue 21's target: the gateway's peak resident memory stays under 120 MB in every workload. */
   rssLimitBytes: 120 * MB,
   sampleMs: 50,
@@ -670,6 +676,7 @@ interface Report {
   hold: HoldResult[]
   roundTrips: RoundTrip[]
   fairness: FairnessCase[]
+  held: HeldResult | null
   cpu: CpuRow[]
   policy: PolicyBench
   targets: Target[]
@@ -790,6 +797,7 @@ function render (r: Report): string {
   out.push(`4. ${renderPolicyBench(r.policy)}`)
   if (r.roundTrips.length) out.push(renderRoundTrips(r.roundTrips))
   if (r.fairness.length) out.push(renderFairness(r.fairness, { pings: settings.fairnessPings, blocks: settings.fairnessBlocks }))
+  if (r.held) out.push(renderHeld(r.held), '')
   out.push(cpuTable(r.cpu))
   out.push(`gateway RSS: ${fmt(mb(r.gateway.rssIdle))} MB idle after start, ${fmt(mb(r.gateway.rssAfterSetup))} MB after the setup, ${fmt(mb(r.gateway.rssAfterRequests))} MB after the request runs`)
   out.push('')
@@ -813,6 +821,41 @@ async function fairnessOnly (o: FairnessOptions, tenant: Endpoint, image: string
   fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
   fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, fairness, targets: fairnessTargets(fairness), problems }, null, 2) + '\n')
   const out = ['', renderFairness(fairness, { pings: settings.fairnessPings, blocks: settings.fairnessBlocks }), renderTargets(fairnessTargets(fairness))]
+  if (problems.length) out.push('PROBLEMS (broken measurements):', ...problems.map((p) => `  - ${p}`))
+  out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
+  process.stdout.write(out.join('\n'))
+  return problems.length ? 1 : 0
+}
+
+/**
+ * 8. Held sessions (bench/held.ts) through a gateway of their own, started with its
+ * inspector on (heap after a forced collection); every step bounded, a failure a problem.
+ */
+async function heldSessions (dir: string, engineSocket: string, image: string, gwOptions: { policyDir: string, jwtSecret: string }, problems: string[]): Promise<HeldResult | null> {
+  const gwDir = path.join(dir, 'gateway-held')
+  fs.mkdirSync(gwDir)
+  let gw: Awaited<ReturnType<typeof startGatewayProcess>> | undefined
+  cleanup.add('stop the held-sessions gateway', async () => { await gw?.stop() })
+  try {
+    gw = await startGatewayProcess(gwDir, engineSocket, { ...gwOptions, tcpPort: await freePort(), nodeArgs: ['--inspect=127.0.0.1:0'] })
+    const g = gw
+    const stepTimeoutMs = 180_000
+    return await within(`held sessions (${settings.heldSessions})`, 8 * stepTimeoutMs, Promise.race([g.exited, runHeld({ gateway: g, socket: g.tokenSocket, jwtSecret: gwOptions.jwtSecret, image, sessions: settings.heldSessions, tenants: 30, pings: settings.holdRequests, stepTimeoutMs, say })]))
+  } catch (err) {
+    problems.push(`held sessions: ${errText(err)}`)
+    return null
+  } finally {
+    await gw?.stop()
+  }
+}
+
+/** BENCH_ONLY=held: section 8 alone. */
+async function heldOnly (dir: string, engineSocket: string, image: string, gwOptions: { policyDir: string, jwtSecret: string }, began: number, problems: string[]): Promise<number> {
+  const held = await heldSessions(dir, engineSocket, image, gwOptions, problems)
+  fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
+  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, held, problems }, null, 2) + '\n')
+  const out = ['']
+  if (held) out.push(renderHeld(held))
   if (problems.length) out.push('PROBLEMS (broken measurements):', ...problems.map((p) => `  - ${p}`))
   out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
   process.stdout.write(out.join('\n'))
@@ -879,7 +922,8 @@ async function main (): Promise<number> {
     say,
   }
   if (settings.only === 'fairness') return await fairnessOnly(fairnessOptions, endpoint(gw.tokenSocket, 4, bearer), engine.image, began, problems)
-  if (settings.only !== '') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness" can run alone`)
+  if (settings.only === 'held') return await heldOnly(dir, engine.socket, engine.image, { policyDir, jwtSecret: secret }, began, problems)
+  if (settings.only !== '') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness" and "held" can run alone`)
 
   const peerDir = path.join(dir, 'haproxy')
   fs.mkdirSync(peerDir)
@@ -992,6 +1036,7 @@ async function main (): Promise<number> {
   say('policy decisions')
   const policy = await runPolicyBench([10, 1_000, 10_000], settings.policyDecisions)
   const fairness = await runFairness(fairnessOptions).catch((err) => { problems.push(`fairness: ${errText(err)}`); return [] })
+  const held = await heldSessions(dir, engine.socket, engine.image, { policyDir, jwtSecret: secret }, problems)
 
   const groups = [undici.group, wrkResult.group, bound.group, streamGroup(streams), holdGroup(hold)]
   for (const s of streams) cpuRows.push({ name: s.name, unit: 's/GB', perSide: s.cpu })
@@ -1021,6 +1066,7 @@ async function main (): Promise<number> {
     hold,
     roundTrips: trips,
     fairness,
+    held,
     cpu: cpuRows,
     policy,
     problems,

@@ -18,9 +18,24 @@ import type { AnswerEvents, BodyFilter, LocalAnswer, ResponseFilter } from './ex
 import { decodeJson, encodeBody } from '../api/body/decode'
 import { narrowList } from './json-list'
 
+type Dispatcher = Upstream['pool'] | ReturnType<Upstream['own']>
+
 export async function forward (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream, on: AnswerEvents): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('forward before routing')
+  if (!target.operation.streams) return await exchange(ctx, req, res, upstream, upstream.pool, on)
+  // A stream (logs -f, events, a copy) may be held for hours: on a connection of its own,
+  // gone with it, never a pooled Client that outlives it (upstream.ts).
+  const own = upstream.own()
+  try {
+    await exchange(ctx, req, res, upstream, own, on)
+  } finally {
+    upstream.release(own)
+  }
+}
+
+async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream, dispatcher: Dispatcher, on: AnswerEvents): Promise<void> {
+  const target = ctx.target!
   const abort = new AbortController()
   const onClientGone = (): void => {
     if (!res.writableFinished) {
@@ -47,7 +62,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
   const sent = performance.now()
   let answer
   try {
-    answer = await upstream.pool.request({
+    answer = await dispatcher.request({
       method: req.method as 'GET',
       path: ctx.upstreamUrl ?? target.rawUrl,
       headers: upstreamRequestHeaders(req, ctx, upstream),

@@ -26,6 +26,8 @@ export interface Gateway {
   readonly listeners: readonly Listening[]
   readonly log: Logger
   readonly inflight: Inflight
+  /** The engine connection (its pool, the connections of held streams). */
+  readonly upstream: Upstream
   readonly policy: PolicyStore
   readonly metrics: Metrics
   readonly audit: AuditTrail
@@ -122,6 +124,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
     listeners,
     log,
     inflight,
+    upstream,
     policy,
     metrics,
     audit,

@@ -8,7 +8,7 @@
 import http, { type IncomingMessage } from 'node:http'
 import net from 'node:net'
 import https from 'node:https'
-import { Pool } from 'undici'
+import { Client, Pool } from 'undici'
 import type { UpstreamConfig } from '../config'
 import { GatewayError } from '../api/errors'
 import type { RequestContext } from './context'
@@ -24,6 +24,17 @@ export interface Upstream {
    */
   readonly host?: string
   readonly pool: Pool
+  /**
+   * A connection of its own for one long answer (logs -f, events, a copy), closed with it.
+   * undici's Pool keeps every Client it ever opened (its size is the peak concurrency),
+   * so 3,000 held streams would leave 3,000 Clients, scanned on every later request,
+   * after they had all closed.
+   */
+  own (): Client
+  /** Close a connection of `own()`. */
+  release (client: Client): void
+  /** Connections of `own()` not yet released (what held streams cost the engine side). */
+  readonly owned: number
   /** Start a request on a fresh, unpooled connection; the caller handles 'upgrade' and 'response'. */
   hijackRequest (options: { method: string, path: string, headers: http.OutgoingHttpHeaders }): http.ClientRequest
   close (): Promise<void>
@@ -36,26 +47,44 @@ export function createUpstream (cfg: UpstreamConfig): Upstream {
   // (0 would close every connection after one request).
   const common = { headersTimeout: 0, bodyTimeout: 0, keepAliveTimeout: 30_000, pipelining: 1 }
   let pool: Pool
+  let open: () => Client
   let hijackRequest: Upstream['hijackRequest']
   if (cfg.kind === 'unix') {
     pool = new Pool('http://localhost', { ...common, socketPath: cfg.path })
+    open = () => new Client('http://localhost', { ...common, socketPath: cfg.path })
     hijackRequest = (o) => http.request({ ...o, socketPath: cfg.path, agent: false, setHost: false })
   } else if (cfg.tls) {
     const { cert, key, ca } = cfg.tls.material
     // SNI carries host names only (RFC 6066 §3); for an IP address the certificate's IP SAN is checked.
     const servername = net.isIP(cfg.host) ? undefined : cfg.host
     pool = new Pool(`https://${hostPort(cfg.host, cfg.port)}`, { ...common, connect: { cert, key, ca, servername } })
+    open = () => new Client(`https://${hostPort(cfg.host, cfg.port)}`, { ...common, connect: { cert, key, ca, servername } })
     hijackRequest = (o) => https.request({ ...o, host: cfg.host, port: cfg.port, cert, key, ca, servername: servername ?? '', agent: false, setHost: false })
   } else {
     pool = new Pool(`http://${hostPort(cfg.host, cfg.port)}`, common)
+    open = () => new Client(`http://${hostPort(cfg.host, cfg.port)}`, common)
     hijackRequest = (o) => http.request({ ...o, host: cfg.host, port: cfg.port, agent: false, setHost: false })
   }
+  const owned = new Set<Client>()
   return {
     url: cfg.url,
     ...(cfg.kind === 'tcp' ? { host: hostPort(cfg.host, cfg.port) } : {}),
     pool,
+    own: () => {
+      const client = open()
+      owned.add(client)
+      return client
+    },
+    release: (client) => {
+      owned.delete(client)
+      client.destroy().catch(() => {})
+    },
+    get owned () { return owned.size },
     hijackRequest,
-    close: async () => { await pool.destroy() },
+    close: async () => {
+      await Promise.all([pool.destroy(), ...[...owned].map(async (c) => await c.destroy())])
+      owned.clear()
+    },
   }
 }
 
