@@ -83,7 +83,8 @@ t.test('docker load of something that is not an archive: the engine\'s streamed 
     }
     t.same(form(engineSays), { status: 200, keys: ['errorDetail', 'error'], same: true, crlf: true }, `directly (load${query}): 200 and one error record`)
     t.same(form(tenantGets), form(engineSays), `tenant (load${query}): the same form`)
-    t.match(tenantGets.json.error, /^invalid image archive: /, 'saying why')
+    // A body that is no archive ends within a tar block: the engine's own words (archive.ts).
+    t.equal(tenantGets.json.error, engineSays.json.error, 'in the engine\'s words')
   }
   t.equal((await direct('GET', '/images/json?all=1')).json.length, before, 'nothing was loaded')
 })

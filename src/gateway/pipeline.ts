@@ -34,6 +34,7 @@ import { hasBody, readCapped, readUpgradeBody, type BodyLimits } from './body'
 import type { BodyBudget } from './budget'
 import { LARGE_BODY, type Turns } from './turns'
 import { RateRefusal, type RateAdmission } from './rates'
+import { pruneTurn } from './prunes'
 import type { Operation } from '../api/catalog/operations'
 import { resolveTarget, type ApiWindow } from '../api/catalog/route'
 import { elapsedMs, type RequestContext } from './context'
@@ -555,7 +556,8 @@ export async function handleRequest (deps: GatewayDeps, listener: ListenerConfig
       const closed = deps.metrics.streamOpened()
       try { await forward(ctx, req, res, deps.upstream, on) } finally { untrack(); closed() }
     } else {
-      await forward(ctx, req, res, deps.upstream, on)
+      const release = await pruneTurn(op.id)
+      try { await forward(ctx, req, res, deps.upstream, on) } finally { release?.() }
     }
   } catch (err) {
     // A body filter's refusal (an upload read as it was forwarded) is tenancy's too.

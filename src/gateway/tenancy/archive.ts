@@ -79,9 +79,11 @@ export function scopeArchive (scope: ArchiveScope): BodyFilter {
  * clients read it there (docker-py raises ImageLoadError from the stream, the CLI prints
  * it): the gateway's refusal takes the same form, with its own reason.
  */
-function invalid (message: string): GatewayError {
+/** `engineText`: what the engine streams for the same body, where it is known (dockerd 20.10's untar). */
+function invalid (message: string, engineText?: string): GatewayError {
   const text = `invalid image archive: ${message}`
-  const body = JSON.stringify({ errorDetail: { message: text }, error: text }) + '\r\n'
+  const shown = engineText ?? text
+  const body = JSON.stringify({ errorDetail: { message: shown }, error: shown }) + '\r\n'
   return new GatewayError('BODY_INVALID', text, { answer: { status: 200, body } })
 }
 
@@ -287,7 +289,8 @@ export class Bytes {
     while (this.buf.length < n) {
       if (!await this.more()) {
         if (this.buf.length === 0) return null
-        throw invalid('the archive ends within a block')
+        // Go's tar reader: io.ErrUnexpectedEOF, which the engine's untar reports so.
+        throw invalid('the archive ends within a block', 'Error processing tar file(exit status 1): unexpected EOF')
       }
     }
     const out = this.buf.subarray(0, n)

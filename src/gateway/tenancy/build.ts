@@ -49,6 +49,8 @@ export interface BuildScope {
    * returns the `uid:gid` to forward for `user`, or throws the refusal. Absent: any user.
    */
   readonly stepUser?: (user: string, where: string) => string
+  /** Told of each image reference the forwarded Dockerfile names by id instead, in order: the id sent and the text it replaced. */
+  readonly pinned?: (sent: string, original: string) => void
 }
 
 export function inspectBuild (scope: BuildScope): BodyFilter {
@@ -311,7 +313,10 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
         const ref = expand(values[0] ?? '')
         const stage = named.has(ref.toLowerCase())
         const base = ref.toLowerCase() === 'scratch' || stage ? NO_BASE : await image(ref, 'FROM')
-        if (base.id !== '' && editable) edits.push({ range: ins.getArguments()[0].getRange(), text: base.id })
+        if (base.id !== '' && editable) {
+          edits.push({ range: ins.getArguments()[0].getRange(), text: base.id })
+          scope.pinned?.(base.id, ins.getArguments()[0].getValue())
+        }
         for (const n of stageNames) { stageUsers.set(n, user); stageEnvs.set(n, env) }
         stageNames = [String(stageCount)]
         if ((values[1] ?? '').toUpperCase() === 'AS' && values[2]) { stages.add(values[2].toLowerCase()); named.add(values[2].toLowerCase()); stageNames.push(values[2].toLowerCase()) }
@@ -337,7 +342,10 @@ export async function judgeDockerfile (text: string, scope: BuildScope): Promise
           if (f.getName().toLowerCase() !== 'from') continue
           const from = await fromRef(expand(f.getValue() ?? ''), 'COPY --from')
           const range = f.getValueRange()
-          if (from !== undefined && from.id !== '' && range !== null && editable) edits.push({ range, text: from.id })
+          if (from !== undefined && from.id !== '' && range !== null && editable) {
+            edits.push({ range, text: from.id })
+            scope.pinned?.(from.id, f.getValue() ?? '')
+          }
         }
         break
       case 'USER': {

@@ -126,11 +126,24 @@ export class Names {
     return plain === src ? b : plain + b.slice(at)
   }
 
-  private networksMap (networks: unknown): unknown {
+  private networksMap (networks: unknown, own?: string): unknown {
     if (networks === null || typeof networks !== 'object' || Array.isArray(networks)) return networks
     const entries = Object.entries(networks)
-    const out = entries.map(([k, v]) => [this.networkMode(k) as string, v] as const)
-    return out.every(([k], i) => k === entries[i][0]) ? networks : Object.fromEntries(out)
+    const out = entries.map(([k, v]) => [this.networkMode(k) as string, this.endpoint(v, own)] as const)
+    return out.every(([k, v], i) => k === entries[i][0] && v === entries[i][1]) ? networks : Object.fromEntries(out)
+  }
+
+  /**
+   * An endpoint of a container: its `Links` (`<engine name>:alias`) in plain names, and
+   * without the alias the gateway added for the container's own plain name (plainNameAliases
+   * in operations.ts: the network's DNS answers it as a private engine answers the name,
+   * which an engine lists in no Aliases).
+   */
+  private endpoint (ep: any, own?: string): any {
+    if (ep === null || typeof ep !== 'object') return ep
+    let out = withField(ep, 'Links', mapList(ep.Links, (l) => this.link(l)))
+    if (own !== undefined && Array.isArray(out.Aliases) && out.Aliases.includes(own)) out = { ...out, Aliases: out.Aliases.filter((a: unknown) => a !== own) }
+    return out
   }
 
   /**
@@ -153,7 +166,8 @@ export class Names {
     }
     out = withField(out, 'Mounts', mapList(out.Mounts, (m) => m?.Type === 'volume' && typeof m.Name === 'string' ? withField(m, 'Name', this.plain('volume', m.Name)) : m))
     const ns = out.NetworkSettings
-    if (ns !== null && typeof ns === 'object') out = withField(out, 'NetworkSettings', withField(ns, 'Networks', this.networksMap(ns.Networks)))
+    const own = typeof out.Name === 'string' ? out.Name.replace(/^\//, '') : undefined
+    if (ns !== null && typeof ns === 'object') out = withField(out, 'NetworkSettings', withField(ns, 'Networks', this.networksMap(ns.Networks, own)))
     return this.containerImage(out)
   }
 
@@ -244,7 +258,18 @@ export class Names {
     let out: any = i
     out = withField(out, 'RepoTags', mapList(out.RepoTags, (t) => typeof t === 'string' ? this.plainImage(t) : t))
     out = withField(out, 'RepoDigests', mapList(out.RepoDigests, (t) => typeof t === 'string' ? this.plainImage(t) : t))
+    // A committed image's configs name the container's image (an engine name).
+    for (const key of ['Config', 'ContainerConfig']) {
+      const cfg = out[key]
+      if (cfg !== null && typeof cfg === 'object' && typeof cfg.Image === 'string') out = withField(out, key, withField(cfg, 'Image', this.plainImage(cfg.Image)))
+    }
     return out
+  }
+
+  /** An image history entry: its `Tags` in the tenant's names. */
+  historyEntry<T> (h: T): T {
+    if (this.imagePrefix === null || h === null || typeof h !== 'object') return h
+    return withField(h, 'Tags', mapList((h as any).Tags, (t) => typeof t === 'string' ? this.plainImage(t) : t))
   }
 
   /** A container's image as its list (`Image`) and inspect (`Config.Image`) show it. */

@@ -13,7 +13,7 @@ import { registryAllowed, type TenancySettings } from '../../policy/tenancy'
 import { GatewayError } from '../../api/errors'
 import { TenancyRefusal } from './refusal'
 import { scopeArchive } from './archive'
-import { inOrder, list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable } from './call'
+import { inOrder, list, missing, num, refuse, remounting, str, type Call, type Found, type Handler, type LabelsAt, type Resolvable, type ResponseFilter } from './call'
 import { numberOf } from '../../api/body/number'
 import { bodySchemas, type BodyNode } from '../../api/body/schema'
 import { buildInput, swarmMountType } from '../../policy/facts'
@@ -935,6 +935,7 @@ const imageDelete: Handler = async (call) => {
 
 const imageBuild: Handler = async (call) => {
   const tags = call.query.getAll('t')
+  const pins: Pin[] = []
   const stored = tags.map((t) => newImageName(call, t, 'build tag'))
   if (stored.some((t, i) => t !== tags[i])) {
     call.query.delete('t')
@@ -968,6 +969,7 @@ const imageBuild: Handler = async (call) => {
       dockerfile: call.query.get('dockerfile') ?? '',
       buildArgs,
       checkImage: async (ref) => await buildImage(call, ref),
+      pinned: (sent, original) => { pins.push({ sent, original }) },
       ...(judged ? { stepUser: (user: string, where: string) => stepUser(call, user, where) } : {}),
     })
   }
@@ -1000,10 +1002,94 @@ const imageBuild: Handler = async (call) => {
     const roleKeys = Object.keys(labels).filter((k) => /^io\.portcullis\.roles?$/i.test(k))
     if (roleKeys.length > 0) throw refuse('role-labels', `labels that give a container roles are set by an admin only (${roleKeys.map((k) => JSON.stringify(k)).join(', ')})`)
   }
+  const all = { ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
   // Per-tenant image names: "Successfully tagged myapp:latest", as on a private engine.
-  if (call.names.privateImages) call.respond = { kind: 'lines', keep: async () => true, view: (l: any) => call.names.progress(l) }
-  call.setQuery('labels', JSON.stringify({ ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }))
+  if (call.names.privateImages) call.respond = buildProgress(call, Object.keys(all), pins)
+  call.setQuery('labels', JSON.stringify(all))
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
+}
+
+interface Pin { readonly sent: string, readonly original: string }
+
+const OWNER_KEYS = new Set([TENANT_LABEL, SUBJECT_LABEL])
+const STEP = /^Step (\d+)\/(\d+) : (.*)$/s
+const ARROW = /^ ---> [0-9a-f]{12}\n$/
+
+/**
+ * A tenant's build output as its own engine would print it (names: private). The classic
+ * builder runs the build's `labels` as one LABEL step per label, in key order, after the
+ * Dockerfile's steps (moby builder/dockerfile buildLabelOptions): the owner labels' two
+ * steps are left out and the others renumbered, and when they come last the image id
+ * they end with takes the place of the last shown step's. The images the gateway pinned by
+ * id (`FROM sha256:...`, COPY --from: build.ts) are shown as the Dockerfile named them.
+ * State is kept in `keep`, which runs once per line, in order; `view` only returns it.
+ */
+function buildProgress (call: Call, labelKeys: readonly string[], pins: Pin[]): ResponseFilter {
+  const keys = [...new Set(labelKeys)].sort()
+  let total = 0
+  let owner = new Set<number>()
+  let lastShown = 0
+  let lastOwner = 0
+  let step = 0
+  let hiddenBefore = 0
+  let current: unknown
+  // Filled while the context streams to the engine, before the builder prints anything.
+  const pending = pins
+  const restore = (text: string): string => {
+    const at = pending.findIndex((p) => text.includes(p.sent))
+    if (at < 0) return text
+    const [p] = pending.splice(at, 1)
+    return text.replace(p.sent, p.original)
+  }
+  return {
+    kind: 'lines',
+    keep: async (line: any) => {
+      current = line
+      const stream = typeof line?.stream === 'string' ? line.stream : null
+      if (stream === null) return true
+      const m = STEP.exec(stream)
+      if (m !== null) {
+        step = Number(m[1])
+        if (total === 0) {
+          total = Number(m[2])
+          // The label steps are the last ones, in key order.
+          owner = new Set(keys.map((k, i) => OWNER_KEYS.has(k) ? total - keys.length + 1 + i : 0).filter((n) => n > 0))
+          for (let n = total; n > 0; n--) if (!owner.has(n)) { lastShown = n; break }
+          lastOwner = Math.max(0, ...owner)
+        }
+        if (owner.has(step)) { hiddenBefore++; return false }
+        current = call.names.progress({ ...line, stream: `Step ${step - hiddenBefore}/${total - owner.size} : ${restore(m[3])}` })
+        return true
+      }
+      if (step === 0 || stream.startsWith('Successfully ')) { current = call.names.progress(line); return true }
+      if (owner.has(step)) return step === lastOwner && lastOwner > lastShown && ARROW.test(stream)
+      if (step === lastShown && lastOwner > lastShown && ARROW.test(stream)) return false
+      current = call.names.progress(line)
+      return true
+    },
+    view: () => current,
+  }
+}
+
+/**
+ * An image's history as its own engine would show it: without the owner labels' LABEL
+ * steps of a tenant's build (see buildProgress); the newest entry shown takes the image's
+ * id and tags when they were on a step left out. Tags in the tenant's names.
+ */
+function historyView (call: Call, body: unknown): unknown {
+  if (!Array.isArray(body)) return body
+  const ownerStep = /^\/bin\/sh -c #\(nop\) {2}LABEL (io\.portcullis\.tenant|io\.portcullis\.subject)=/
+  const out: any[] = []
+  let carried: { Id: unknown, Tags: unknown } | null = null
+  for (const h of body) {
+    if (typeof h?.CreatedBy === 'string' && ownerStep.test(h.CreatedBy) && h.CreatedBy.endsWith(`=${h.CreatedBy.includes('tenant=') ? call.tenant : call.subject}`)) {
+      if (out.length === 0) carried ??= { Id: h.Id, Tags: h.Tags }
+      continue
+    }
+    out.push(call.names.historyEntry(carried !== null ? { ...h, Id: carried.Id, Tags: carried.Tags } : h))
+    carried = null
+  }
+  return out
 }
 
 /** An image remove's (a list) or prune's (`ImagesDeleted`) `Untagged` names in the tenant's names. */
@@ -1104,10 +1190,24 @@ const imageCommit: Handler = async (call) => {
   call.setQuery('container', id)
   const repo = call.query.get('repo')
   if (repo) namedImage(call, 'committed image')
+  const container = await call.r.get(`/containers/${encodeURIComponent(id)}/json`)
+  // No config in the body (`null`: the docker CLI, docker-py): the engine commits the
+  // container's own config; a config given is merged with it, and only some fields are
+  // (moby daemon/commit.go merge: Hostname, Image, Attach* and more are not). The owner
+  // labels need a config, so the gateway sends the container's, as the engine would use it.
+  const config = container.body?.Config
+  // The body decodes into a wrapper that embeds *Config: a body that sets none of its
+  // fields (`null`, empty, or only other keys: dockerode sends its query options) leaves
+  // the pointer nil, as no config at all. Go matches keys ignoring case.
+  const given = call.body
+  if (config !== null && typeof config === 'object') {
+    const fields = new Set(Object.keys(config).map((k) => k.toLowerCase()))
+    const none = given === null || given === undefined || (typeof given === 'object' && !Array.isArray(given) && !Object.keys(given).some((k) => fields.has(k.toLowerCase())))
+    if (none) for (const [k, v] of Object.entries(config)) call.setBody([k], v)
+  }
   noRoleLabels(call, ['Labels'])
   stamp(call, ['Labels'])
   // The committed image's triggers: the changes', the body's (a container config), and the container's own.
-  const container = await call.r.get(`/containers/${encodeURIComponent(id)}/json`)
   const triggers = [...list(bodyAt(call, 'OnBuild')), ...list(container.body?.Config?.OnBuild)].map(str)
   await judgeTriggers(call.query.getAll('changes').join('\n'), triggers, async (ref) => await buildImage(call, ref))
   stampChanges(call)
@@ -1128,7 +1228,38 @@ const IMAGE_INSPECT_LABELS: readonly LabelsAt[] = [{ path: ['Config', 'Labels'],
 const imageInspect: Handler = async (call) => {
   await pathImage(call)
   hidden(call, IMAGE_INSPECT_LABELS)
-  if (call.names.privateImages) call.viewAnswer((b) => call.names.image(b))
+  if (call.names.privateImages) {
+    // Before the owner labels are hidden: they tell the steps to leave out.
+    const hide = call.respond
+    if (hide?.kind === 'json') call.respond = { kind: 'json', transform: async (b) => await hide.transform(await withoutOwnerSteps(call, b)) }
+    call.viewAnswer((b) => call.names.image(b))
+  }
+}
+
+/** A build step's ContainerConfig.Cmd that is one of the owner labels' LABEL steps of `call`'s tenant (buildProgress). */
+function ownerLabelStep (call: Call, cmd: unknown): boolean {
+  const c = list(cmd).map(str)
+  return c.length === 4 && c[2] === '#(nop) ' && (c[3] === `LABEL ${TENANT_LABEL}=${call.tenant}` || c[3] === `LABEL ${SUBJECT_LABEL}=${call.subject}`)
+}
+
+/**
+ * A tenant's built image as its own engine would show it: `Parent`, `Container` and
+ * `ContainerConfig` are those of the last step of its Dockerfile, not of the owner labels'
+ * LABEL steps after it (buildProgress). Only for the tenant's own image; its parents are
+ * the intermediate images of the same build.
+ */
+async function withoutOwnerSteps (call: Call, img: any): Promise<any> {
+  if (img === null || typeof img !== 'object' || img.Config?.Labels?.[TENANT_LABEL] !== call.tenant) return img
+  let cur = img
+  for (let hops = 0; hops < 2 && ownerLabelStep(call, cur.ContainerConfig?.Cmd) && typeof cur.Parent === 'string' && cur.Parent !== ''; hops++) {
+    const parent = await call.r.get(`/images/${encodeURIComponent(cur.Parent)}/json`)
+    if (parent.status !== 200 || parent.body === null || typeof parent.body !== 'object') return img
+    cur = parent.body
+  }
+  if (cur === img) return img
+  // Config.Image is the image each step started from: the last Dockerfile step's.
+  const config = img.Config !== null && typeof img.Config === 'object' && cur.Config !== null && typeof cur.Config === 'object' ? { ...img.Config, Image: cur.Config.Image } : img.Config
+  return { ...img, Config: config, Parent: cur.Parent, Container: cur.Container, ContainerConfig: cur.ContainerConfig }
 }
 
 /**
@@ -1669,7 +1800,10 @@ export const handlers: Readonly<Record<string, Handler>> = {
   ImageCreate: imagePull,
   ImageInspect: imageInspect,
   ImageAttestations: async (call) => { await pathImage(call) },
-  ImageHistory: async (call) => { await pathImage(call) },
+  ImageHistory: async (call) => {
+    await pathImage(call)
+    if (call.names.privateImages) call.viewAnswer((b) => historyView(call, b))
+  },
   ImagePush: imagePush,
   ImageTag: imageTag,
   ImageDelete: imageDelete,
