@@ -20,7 +20,7 @@ import { buildInput, swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild, judgeTriggers, type BaseImage } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
-import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
+import { familiar, inNamespace, looksLikeImageId, parseImageRef, pathPattern, referenceMatches } from './images'
 import { hideOwner, ownerTermsAsSeen } from './labels'
 import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
 import { matchesName, RESTRICTED_NAME, TENANT_IMAGE_HOST, type NamedKind } from './names'
@@ -1104,10 +1104,42 @@ const imageCommit: Handler = async (call) => {
 const imageList: Handler = async (call) => {
   // No owner filter for the engine: the shared catalog is listed too.
   ownerTermsOnly(call)
+  const patterns = privateReferenceFilter(call)
   call.respond = {
     kind: 'json',
-    transform: (body) => list(body).filter((i: any) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i))).map((i) => call.names.image(hideAll(i, [IMAGE_LABELS]))),
+    transform: (body) => {
+      const seen = list(body).filter((i: any) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i))).map((i) => call.names.image(hideAll(i, [IMAGE_LABELS])))
+      return patterns === null ? seen : seen.map((i) => byReference(i, patterns)).filter((i) => i !== null)
+    },
   }
+}
+
+/**
+ * Under private image names the engine cannot apply a list's `reference` filter (it
+ * would match `portcullis.invalid/<tenant>/shopdb`, never `shopdb`): it is taken out of
+ * the query and applied by the gateway to the names the tenant sees, as the engine applies
+ * it (moby daemon/images Images). A malformed pattern stays in the query, for the
+ * engine's own error.
+ */
+function privateReferenceFilter (call: Call): RegExp[] | null {
+  if (!call.names.privateImages) return null
+  const filters = parseFilters(call.query)
+  const values = filters.get('reference')
+  if (values === undefined) return null
+  const patterns = [...values].map(pathPattern)
+  if (patterns.some((p) => p === null)) return null
+  filters.delete('reference')
+  call.setQuery('filters', serializeFilters(filters))
+  return patterns as RegExp[]
+}
+
+/** An image with only its names that some pattern matches; null when none does (untagged ones included). */
+function byReference (image: any, patterns: readonly RegExp[]): any {
+  const keep = (xs: unknown): string[] => list(xs).map(str).filter((n) => !n.startsWith('<none>') && patterns.some((p) => referenceMatches(p, n)))
+  const tags = keep(image?.RepoTags)
+  const digests = keep(image?.RepoDigests)
+  if (tags.length === 0 && digests.length === 0) return null
+  return { ...image, RepoTags: tags, RepoDigests: digests }
 }
 
 /** A committed image's ContainerConfig is its container's (with the container's owner labels). */
@@ -1283,6 +1315,9 @@ const networkList: Handler = async (call) => {
     kind: 'json',
     transform: (body) => list(body)
       .filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && isPredefinedNetwork(n?.Name, engine) && n?.Scope === 'local'))
+      // Under private names the tenant's default network stands in for the engine's
+      // `bridge`, which the list shows: a private engine lists no network of that name.
+      .filter((n: any) => !(call.names.private && n?.Labels?.[DEFAULT_NETWORK_LABEL] === 'true' && ownerOf(n?.Labels) === call.tenant))
       .map((n) => hideAll(n, [NETWORK_LABELS])),
   }
 }
