@@ -10,7 +10,8 @@
  * between any two runs (ids, timestamps, host ports, addresses, host paths): compose's
  * `build`, `up -d`, `ps`, `images`, `config --services`, `logs`, an `exec` that reads
  * the volume and reaches the other service by name, `down -v`; and what the docker CLI
- * 28 shows in `ps -a`, `network ls`, `volume ls` and `image ls` of the project's images.
+ * 28 shows in `ps -a`, `network ls`, `volume ls` and `image ls` (the shared image set,
+ * tenancy.yaml `images.shared`, holding the base image only, as the private engine has).
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
@@ -103,12 +104,13 @@ function jsonRows (r: RunResult, drop: readonly string[] = []): unknown[] {
 
 t.before(async () => {
   alone = await startEngine(fs.mkdtempSync('/tmp/pcx-'))
-  const policies = policiesWith((text) => text.replace(/^names: engine$/m, 'names: private'))
+  // The shared image set holds the base image only: a private engine has nothing else (tenancy.yaml images.shared).
+  const policies = policiesWith((text) => text.replace(/^names: engine$/m, `names: private\nimages: { shared: ["${IMAGE.replace(/:latest$/, '')}"] }`))
   gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policies)
 })
 
 t.teardown(async () => {
-  for (const who of ['a', 'b'] as const) await compose(who, 'down', '-v', '--rmi', 'all', '-t', '1').catch(() => undefined)
+  for (const who of ['a', 'b'] as const) await compose(who, 'down', '-v', '-t', '1').catch(() => undefined)
   const direct = async (args: string[]): Promise<RunResult> => await run(CLI28, args, { host: engine().dockerHost })
   for (const tenant of [TA, TB]) {
     const label = `label=${TENANT_LABEL}=${tenant}`
@@ -176,6 +178,7 @@ t.test('one compose project: two tenants side by side see what it shows alone', 
   await cli('docker network ls', ['network', 'ls', '--no-trunc'])
   // (A volume's Mountpoint is a host path under the engine's data root.)
   await cli('docker volume ls', ['volume', 'ls'], ['Mountpoint'])
+  await cli('docker image ls', ['image', 'ls', '--no-trunc'])
   await cli('docker image ls of the project\'s images', ['image', 'ls', '--no-trunc', 'shopdb'])
   await cli('docker image ls of the base image', ['image', 'ls', '--no-trunc', IMAGE])
 
