@@ -28,6 +28,7 @@
  *     rootWhenRemapped: true          # root for everyone on an engine with --userns-remap
  *     ownFreshVolumes: true           # a fresh named volume's root is given to the container's uid:gid
  *   names: engine                     # engine | private: tenants' container, network and volume names
+ *   images: { shared: [busybox, "alpine:*", "docker.io/library/*"] }   # engine images tenants may use (absent: every unowned named one)
  *
  * Everything is checked when the policy loads; problems are reported with the rest.
  */
@@ -118,7 +119,16 @@ export interface TenancySettings {
    * the engine as `<tenant>.<name>`: src/gateway/tenancy/names.ts). Absent: `engine`.
    */
   readonly names?: 'engine' | 'private'
+  /**
+   * The engine images (without owner labels) tenants may use by name, id or digest: an
+   * image is shared when one of its names matches one of `shared`, and tenants see only
+   * those of its names. Absent (`shared: null`): every unowned image that has a name.
+   */
+  readonly images?: { readonly shared: readonly SharedImagePattern[] | null }
 }
+
+/** An entry of `images.shared`, compiled: it matches a normalized reference (`docker.io/library/busybox:latest`). */
+export interface SharedImagePattern { readonly pattern: string, readonly re: RegExp }
 
 /**
  * The containers an unscoped role sees: those carrying `label` (`key=value`, or `key`
@@ -164,7 +174,7 @@ export const DEFAULT_TENANCY: TenancySettings = Object.freeze({
   users: Object.freeze({ default: Object.freeze({ uid: 65534, gid: 65534 }), tenants: Object.freeze({}), root: Object.freeze([]), rootWhenRemapped: false, ownFreshVolumes: true }),
 })
 
-const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names', 'services', 'networks']
+const KEYS = ['unscopedRoles', 'imageNamespace', 'registries', 'info', 'quotas', 'builds', 'redact', 'users', 'views', 'names', 'services', 'networks', 'images']
 /** Linux ids are 32 bits; (uid_t)-1 (4294967295) means "no change" to the kernel and is not an id. */
 const MAX_ID = 4294967294
 const QUOTA_KEYS = ['containers', 'memory', 'cpus', 'volumes']
@@ -356,7 +366,80 @@ export function compileTenancy (file: string, name: string, problems: string[]):
     if (m.names === 'engine' || m.names === 'private') names = m.names
     else problems.push(`${name}: names: expected private (each tenant names containers, networks and volumes as on its own engine) or engine (one namespace for all), got ${JSON.stringify(m.names)}`)
   }
-  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, services, networks, redact, users: userSettings, views: viewList, names })
+  let images: TenancySettings['images'] = Object.freeze({ shared: null })
+  if (m.images !== undefined) {
+    const i = mapping(m.images, `${name}: images`, ['shared'], problems)
+    if (i && i.shared !== undefined && i.shared !== null) {
+      const entries = Array.isArray(i.shared) ? i.shared : null
+      if (entries === null) problems.push(`${name}: images.shared: expected a list of image references such as busybox, "alpine:*" or "docker.io/library/*"`)
+      const out: SharedImagePattern[] = []
+      for (const [k, e] of (entries ?? []).entries()) {
+        const compiled = typeof e === 'string' ? sharedImagePattern(e) : 'expected a string'
+        if (typeof compiled === 'string') problems.push(`${name}: images.shared[${k}]: ${JSON.stringify(e)}: ${compiled}`)
+        else out.push(compiled)
+      }
+      images = Object.freeze({ shared: Object.freeze(out) })
+    }
+  }
+  return Object.freeze({ unscopedRoles: Object.freeze([...unscopedRoles]), imageNamespace, registries, infoHide, quotas, builds, services, networks, redact, users: userSettings, views: viewList, names, images })
+}
+
+// images.shared: references as an operator writes them for `docker pull`, with `*`.
+const PATTERN_COMPONENT = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/
+const PATTERN_TAG = /^[\w][\w.-]{0,127}$/
+const PATTERN_DIGEST = /^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]+$/
+const PATTERN_HOST = /^[a-zA-Z0-9.-]+(:\d+)?$/
+
+/**
+ * One `images.shared` entry: `busybox` (every tag and digest of docker.io/library/busybox),
+ * `busybox:1.36`, `alpine:*`, `docker.io/library/*`, `registry.example:5000/base/*`,
+ * `busybox@sha256:...`; `*` alone is every name. Normalized as the engine reads a reference
+ * (no registry host: Docker Hub; one component: `library/`). `*` matches any run of
+ * characters, across `/` in a repository path but never into its tag. Returns the matcher,
+ * or what is wrong with the entry.
+ */
+export function sharedImagePattern (pattern: string): SharedImagePattern | string {
+  if (pattern === '*') return Object.freeze({ pattern, re: /^/ })
+  const glob = (s: string, star: string): string => s.split('*').map((x) => x.replace(/[.+?^${}()|[\]\\/]/g, '\\$&')).join(star)
+  // Checked with every `*` standing for one letter: the entry must read as a reference.
+  const plain = (s: string): string => s.replace(/\*/g, 'a')
+  let rest = pattern
+  let suffix = '(?:[:@].*)?'
+  const at = rest.indexOf('@')
+  if (at >= 0) {
+    const digest = rest.slice(at + 1)
+    if (!PATTERN_DIGEST.test(plain(digest).replace(/:a+$/, ':0'))) return 'not a digest (algorithm:hex) after @'
+    suffix = '@' + glob(digest, '.*')
+    rest = rest.slice(0, at)
+  }
+  const colon = rest.lastIndexOf(':')
+  if (colon > rest.lastIndexOf('/')) {
+    const tag = rest.slice(colon + 1)
+    if (at >= 0) return 'give a tag or a digest, not both'
+    if (!PATTERN_TAG.test(plain(tag))) return 'not a tag after :'
+    suffix = ':' + glob(tag, '.*')
+    rest = rest.slice(0, colon)
+  }
+  const parts = rest.split('/')
+  let host = 'docker.io'
+  if (parts.length > 1 && (parts[0].includes('.') || parts[0].includes(':') || parts[0] === 'localhost')) {
+    host = parts.shift()!
+    if (!PATTERN_HOST.test(plain(host))) return `not a registry host: ${host}`
+    if (host === 'index.docker.io') host = 'docker.io'
+  }
+  if (parts.length === 0 || !parts.every((p) => PATTERN_COMPONENT.test(plain(p)))) return 'not an image reference (lowercase repository path components, e.g. busybox or team/app)'
+  if (host === 'docker.io' && parts.length === 1 && parts[0] !== '*') parts.unshift('library')
+  const re = new RegExp(`^${glob(host, '[^/]*')}/${glob(parts.join('/'), '[^:@]*')}${suffix}$`)
+  return Object.freeze({ pattern, re })
+}
+
+/**
+ * Whether `normalized` (a reference as `docker.io/library/busybox:latest`, `host/path@digest`)
+ * is in the shared image set; true for every name when tenancy.yaml sets none.
+ */
+export function sharedImageName (settings: TenancySettings, normalized: string): boolean {
+  const shared = settings.images?.shared
+  return shared === null || shared === undefined || shared.some((p) => p.re.test(normalized))
 }
 
 /** `views`: a list of `{ roles, containers: LABEL }`, for unscoped roles only (a tenant's view is its tenant). */

@@ -64,3 +64,61 @@ export function familiar (ref: string): string {
 export function looksLikeImageId (ref: string): boolean {
   return /^sha256:[0-9a-f]{1,64}$/.test(ref) || /^[0-9a-f]{12,64}$/.test(ref)
 }
+
+/**
+ * Go's `path.Match` pattern (what the engine's `reference` filter uses) as an expression
+ * over a whole string, or null when the pattern is malformed (Go's ErrBadPattern).
+ * `*` and `?` do not match `/`; `[...]` and `[^...]` are classes of characters and
+ * ranges; `\` escapes the next character.
+ */
+export function pathPattern (pattern: string): RegExp | null {
+  const esc = (c: string): string => c.replace(/[\\\]^[-]/g, '\\$&').replace(/[.*+?${}()|/]/g, '\\$&')
+  let re = ''
+  let i = 0
+  while (i < pattern.length) {
+    const c = pattern[i++]
+    if (c === '*') re += '[^/]*'
+    else if (c === '?') re += '[^/]'
+    else if (c === '\\') {
+      if (i >= pattern.length) return null
+      re += esc(pattern[i++])
+    } else if (c === '[') {
+      let cls = ''
+      if (pattern[i] === '^') { cls += '^'; i++ }
+      let ranges = 0
+      for (;;) {
+        if (i >= pattern.length) return null
+        if (pattern[i] === ']' && ranges > 0) { i++; break }
+        let lo = pattern[i++]
+        if (lo === '\\') { if (i >= pattern.length) return null; lo = pattern[i++] } else if (lo === '-' || lo === ']') return null
+        let hi = lo
+        if (pattern[i] === '-') {
+          i++
+          if (i >= pattern.length) return null
+          hi = pattern[i++]
+          if (hi === '\\') { if (i >= pattern.length) return null; hi = pattern[i++] } else if (hi === '-' || hi === ']') return null
+        }
+        // A reversed range matches nothing in Go (and is an error to RegExp).
+        if (hi >= lo) cls += lo === hi ? esc(lo) : `${esc(lo)}-${esc(hi)}`
+        ranges++
+      }
+      // Unlike `*` and `?`, a class may match `/` (Go's matchChunk); `[]` matches nothing, `[^]` anything.
+      re += `[${cls}]`
+    } else re += esc(c)
+  }
+  try { return new RegExp(`^${re}$`, 's') } catch { return null }
+}
+
+/**
+ * Whether a familiar image name (`shopdb:1`, `busybox@sha256:...`, as a list's
+ * RepoTags and RepoDigests show it) passes the engine's `reference` filter pattern
+ * (distribution/reference FamiliarMatch: the pattern against the name without its tag
+ * or digest, or against the whole string).
+ */
+export function referenceMatches (pattern: RegExp, familiarRef: string): boolean {
+  const at = familiarRef.indexOf('@')
+  let name = at >= 0 ? familiarRef.slice(0, at) : familiarRef
+  const colon = name.lastIndexOf(':')
+  if (colon > name.lastIndexOf('/')) name = name.slice(0, colon)
+  return pattern.test(name) || pattern.test(familiarRef)
+}

@@ -36,7 +36,7 @@ export type { ObjectKind } from './objects'
 export type Resolution =
   | { readonly state: 'own', readonly id: string, readonly name?: string }
   /** Visible but not the tenant's: shared images, the predefined networks. */
-  | { readonly state: 'shared', readonly id: string, readonly name?: string }
+  | { readonly state: 'shared', readonly id: string, readonly name?: string, /** An image's RepoTags and RepoDigests. */ readonly names?: readonly string[] }
   /**
    * Not the tenant's to see. `absent`: the engine has no object the reference could name
    * at all (no id, exact name or id prefix matches, over all objects), so the engine's own
@@ -576,7 +576,7 @@ export class Resolver {
     if (r.status !== 200) return { state: 'missing' }
     const owner = ownerOf(r.body?.Config?.Labels)
     if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }
-    if (owner === null && catalogued(r.body)) return { state: 'shared', id: String(r.body?.Id) }
+    if (owner === null && catalogued(r.body)) return { state: 'shared', id: String(r.body?.Id), names: [r.body?.RepoTags, r.body?.RepoDigests].flatMap((xs) => Array.isArray(xs) ? xs : []).filter((n): n is string => typeof n === 'string') }
     return { state: 'foreign' }
   }
 

@@ -20,9 +20,9 @@ import { buildInput, swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
 import { inspectBuild, judgeTriggers, type BaseImage } from './build'
 import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
-import { familiar, inNamespace, looksLikeImageId, parseImageRef } from './images'
+import { familiar, inNamespace, looksLikeImageId, parseImageRef, pathPattern, referenceMatches } from './images'
 import { hideOwner, OWNER_KEYS, ownerTermsAsSeen } from './labels'
-import { catalogued, isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
+import { isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
 import { matchesName, RESTRICTED_NAME, TENANT_IMAGE_HOST, type NamedKind } from './names'
 import { checkQuota, checkVolumeQuota, cpuOf, memoryOf, nodeCount, serviceUsage } from './quota'
 import { filterDataUsage, filterEvents, filterInfo, withoutJoinTokens } from './responses'
@@ -31,6 +31,7 @@ import { registryAuthHeader, registryConfigHeader } from './registry-auth'
 import { buildStepsJudged, scopeUser, stepUser } from './users'
 import { anonymousOf, anonymousVolumes, createAnonymous, removeAnonymous } from './anonymous'
 import { freshVolumeOwner } from './volume-owner'
+import { sharedReference, sharedView } from './shared-images'
 
 export type { Found, Handler, LabelsAt, Resolvable } from './call'
 
@@ -802,7 +803,13 @@ async function tenantImage (call: Call, ref: string): Promise<{ res: Awaited<Ret
       if (res.state === 'own') return { res, sent: qualified }
     }
   }
-  return { res: await call.r.image(ref, call.tenant), sent: ref }
+  return { res: inSharedSet(call, ref, await call.r.image(ref, call.tenant)), sent: ref }
+}
+
+/** An unowned image reached by a name or id outside the shared image set (tenancy.yaml images.shared) is not the tenant's to see. */
+function inSharedSet<R extends Resolution | { readonly state: 'foreign' }> (call: Call, ref: string, res: R): R | { readonly state: 'foreign' } {
+  if (res.state !== 'shared' || sharedReference(call.settings, ref, res.names ?? [])) return res
+  return { state: 'foreign' }
 }
 
 /** A path's image, checked, then named to the engine as the tenant's own name resolved it. */
@@ -861,6 +868,8 @@ const imagePull: Handler = async (call) => {
     const ref = tag === '' ? from : `${from}${tag.includes(':') ? '@' : ':'}${tag}`
     const parsed = parseImageRef(ref) ?? parseImageRef(from)
     if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format: ${JSON.stringify(from)}`)
+    // What lands in the engine's catalog is only ever the tenant's to use when it is in the shared set.
+    if (!sharedReference(call.settings, ref, [])) throw refuse('image-shared', `image ${familiar(ref)} is not in the shared image set (tenancy.yaml images.shared): tenant ${call.tenant} may pull only the images tenants may use`)
     registryAuth(call, parsed.registry, 'pulling')
     return
   }
@@ -1011,7 +1020,7 @@ const imageBuild: Handler = async (call) => {
 
 interface Pin { readonly sent: string, readonly original: string }
 
-const OWNER_KEYS = new Set([TENANT_LABEL, SUBJECT_LABEL])
+const OWNER_LABEL_KEYS: ReadonlySet<string> = new Set(OWNER_KEYS)
 const STEP = /^Step (\d+)\/(\d+) : (.*)$/s
 const ARROW = /^ ---> [0-9a-f]{12}\n$/
 
@@ -1053,7 +1062,7 @@ function buildProgress (call: Call, labelKeys: readonly string[], pins: Pin[]): 
         if (total === 0) {
           total = Number(m[2])
           // The label steps are the last ones, in key order.
-          owner = new Set(keys.map((k, i) => OWNER_KEYS.has(k) ? total - keys.length + 1 + i : 0).filter((n) => n > 0))
+          owner = new Set(keys.map((k, i) => OWNER_LABEL_KEYS.has(k) ? total - keys.length + 1 + i : 0).filter((n) => n > 0))
           for (let n = total; n > 0; n--) if (!owner.has(n)) { lastShown = n; break }
           lastOwner = Math.max(0, ...owner)
         }
@@ -1216,17 +1225,65 @@ const imageCommit: Handler = async (call) => {
 const imageList: Handler = async (call) => {
   // No owner filter for the engine: the shared catalog is listed too.
   ownerTermsOnly(call)
+  const patterns = privateReferenceFilter(call)
   call.respond = {
     kind: 'json',
-    transform: (body) => list(body).filter((i: any) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i))).map((i) => call.names.image(hideAll(i, [IMAGE_LABELS]))),
+    transform: (body) => {
+      const all = list(body).map((i: any) => ({ own: ownerOf(i?.Labels) === call.tenant, i: ownerOf(i?.Labels) === call.tenant ? i : ownerOf(i?.Labels) === null ? sharedView(call.settings, i) : null }))
+        .filter((x) => x.i !== null).map((x) => ({ own: x.own, i: call.names.image(hideAll(x.i, [IMAGE_LABELS])) }))
+      const seen = call.names.privateImages ? unshadowed(all) : all.map((x) => x.i)
+      return patterns === null ? seen : seen.map((i) => byReference(i, patterns)).filter((i) => i !== null)
+    },
   }
+}
+
+/**
+ * Under private image names the engine cannot apply a list's `reference` filter (it
+ * would match `portcullis.invalid/<tenant>/shopdb`, never `shopdb`): it is taken out of
+ * the query and applied by the gateway to the names the tenant sees, as the engine applies
+ * it (moby daemon/images Images). A malformed pattern stays in the query, for the
+ * engine's own error.
+ */
+function privateReferenceFilter (call: Call): RegExp[] | null {
+  if (!call.names.privateImages) return null
+  const filters = parseFilters(call.query)
+  const values = filters.get('reference')
+  if (values === undefined) return null
+  const patterns = [...values].map(pathPattern)
+  if (patterns.some((p) => p === null)) return null
+  filters.delete('reference')
+  call.setQuery('filters', serializeFilters(filters))
+  return patterns as RegExp[]
+}
+
+/**
+ * A tenant's own image name wins over a shared one (tenantImage): a shared image's tags
+ * that the tenant's own images hold are not listed (an image left without a name is not
+ * listed at all), as a private engine lists each name once.
+ */
+function unshadowed (images: ReadonlyArray<{ own: boolean, i: any }>): any[] {
+  const own = new Set(images.filter((x) => x.own).flatMap((x) => list(x.i?.RepoTags).map(str)))
+  return images.flatMap(({ own: mine, i }) => {
+    if (mine || !list(i?.RepoTags).some((t) => own.has(str(t)))) return [i]
+    const tags = list(i?.RepoTags).filter((t) => !own.has(str(t)))
+    return tags.length === 0 && list(i?.RepoDigests).length === 0 ? [] : [{ ...i, RepoTags: tags }]
+  })
+}
+
+/** An image with only its names that some pattern matches; null when none does (untagged ones included). */
+function byReference (image: any, patterns: readonly RegExp[]): any {
+  const keep = (xs: unknown): string[] => list(xs).map(str).filter((n) => !n.startsWith('<none>') && patterns.some((p) => referenceMatches(p, n)))
+  const tags = keep(image?.RepoTags)
+  const digests = keep(image?.RepoDigests)
+  if (tags.length === 0 && digests.length === 0) return null
+  return { ...image, RepoTags: tags, RepoDigests: digests }
 }
 
 /** A committed image's ContainerConfig is its container's (with the container's owner labels). */
 const IMAGE_INSPECT_LABELS: readonly LabelsAt[] = [{ path: ['Config', 'Labels'], empty: null }, { path: ['ContainerConfig', 'Labels'], empty: null }]
 
 const imageInspect: Handler = async (call) => {
-  await pathImage(call)
+  const res = await pathImage(call)
   hidden(call, IMAGE_INSPECT_LABELS)
   if (call.names.privateImages) {
     // Before the owner labels are hidden: they tell the steps to leave out.
@@ -1234,6 +1291,8 @@ const imageInspect: Handler = async (call) => {
     if (hide?.kind === 'json') call.respond = { kind: 'json', transform: async (b) => await hide.transform(await withoutOwnerSteps(call, b)) }
     call.viewAnswer((b) => call.names.image(b))
   }
+  // A shared image shows only its names in the shared set.
+  if (res.state === 'shared') call.viewAnswer((b) => sharedView(call.settings, b) ?? b)
 }
 
 /** A build step's ContainerConfig.Cmd that is one of the owner labels' LABEL steps of `call`'s tenant (buildProgress). */
@@ -1426,6 +1485,9 @@ const networkList: Handler = async (call) => {
     kind: 'json',
     transform: (body) => list(body)
       .filter((n: any) => ownerOf(n?.Labels) === call.tenant || (ownerOf(n?.Labels) === null && isPredefinedNetwork(n?.Name, engine) && n?.Scope === 'local'))
+      // Under private names the tenant's default network stands in for the engine's
+      // `bridge`, which the list shows: a private engine lists no network of that name.
+      .filter((n: any) => !(call.names.private && n?.Labels?.[DEFAULT_NETWORK_LABEL] === 'true' && ownerOf(n?.Labels) === call.tenant))
       .map((n) => hideAll(n, [NETWORK_LABELS])),
   }
 }
@@ -1508,7 +1570,7 @@ async function serviceReferences (call: Call): Promise<void> {
   // The image: another tenant's private image is refused as missing; one not on the
   // engine yet is pulled by the swarm (from a registry, with the request's credentials).
   const image = str(cs?.Image)
-  if (image && (await call.r.image(image, call.tenant)).state === 'foreign') throw missing('image', image, call.op.id, 'body')
+  if (image && inSharedSet(call, image, await call.r.image(image, call.tenant)).state === 'foreign') throw missing('image', image, call.op.id, 'body')
   // The swarm pulls the image with the request's X-Registry-Auth: the gateway's credentials.
   const parsed = image ? parseImageRef(image) : null
   if (parsed) registryAuth(call, parsed.registry, 'pulling the service image')

@@ -5,8 +5,9 @@
 import { GatewayError } from '../../api/errors'
 import { isJsonNumber } from '../../api/body/number'
 import { list, type Call } from './call'
-import { catalogued, isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
+import { isPredefinedNetwork, ownerOf, TENANT_LABEL } from './lookup'
 import type { EngineKind } from './podman'
+import { sharedView } from './shared-images'
 
 /**
  * The zero value of a field's type, so that clients still find the field. (A number may
@@ -52,7 +53,7 @@ export async function filterInfo (call: Call, info: any): Promise<unknown> {
 
 async function visibleImages (call: Call): Promise<any[]> {
   const r = await call.r.get('/images/json')
-  return list(r.body).filter((i) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i)))
+  return list(r.body).filter((i) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && sharedView(call.settings, i) !== null))
 }
 
 /**
@@ -92,7 +93,7 @@ export async function filterDataUsage (call: Call, df: any): Promise<unknown> {
   // An image's Containers counts every container using it, other tenants' too: only the tenant's own are counted.
   const using = new Map<string, number>()
   for (const c of containers) using.set(String(c?.ImageID), (using.get(String(c?.ImageID)) ?? 0) + 1)
-  const images = list(df?.Images ?? df?.ImageUsage?.Items).filter((i) => ownerOf(i?.Labels) === call.tenant || (ownerOf(i?.Labels) === null && catalogued(i)))
+  const images = list(df?.Images ?? df?.ImageUsage?.Items).map((i) => ownerOf(i?.Labels) === call.tenant ? i : ownerOf(i?.Labels) === null ? sharedView(call.settings, i) : null).filter((i) => i !== null)
     .map((i) => (typeof i?.Containers === 'number' || isJsonNumber(i?.Containers)) && Number(i.Containers) >= 0 ? { ...i, Containers: using.get(String(i.Id)) ?? 0 } : i)
   const volumes = list(df?.Volumes ?? df?.VolumeUsage?.Items).filter((v) => ownerOf(v?.Labels) === call.tenant)
   const size = (xs: any[], f: (x: any) => unknown): number => xs.reduce((sum, x) => sum + (Number(f(x)) || 0), 0)
