@@ -27,6 +27,8 @@ export interface ContextExtras {
 
 export function inputFromContext (ctx: RequestContext, event: AuditEventKind, extras: ContextExtras = {}): AuditInput {
   const t = ctx.target
+  const judged = extras.facts
+  let policyFacts: Record<string, unknown> | null | undefined
   return {
     event,
     time: extras.time ?? Date.now(),
@@ -41,7 +43,8 @@ export function inputFromContext (ctx: RequestContext, event: AuditEventKind, ex
     decision: ctx.decision ?? null,
     rewrites: ctx.rewrites ?? [],
     facts: extras.facts ?? factsOf(ctx, extras.body ?? ctx.body),
-    policyFacts: extras.facts ? nonZeroFacts(extras.facts) : null,
+    // Read by records at levels `facts` and `request` only: worked out when first read.
+    get policyFacts () { return (policyFacts ??= judged ? nonZeroFacts(judged) : null) },
     body: extras.body ?? ctx.body,
     command: extras.command ?? null,
     status: ctx.status ?? null,

@@ -448,6 +448,28 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     else if (!ctx.audited) { ctx.audited = 'request'; audit(deps, ctx, 'request') }
   } catch { /* already counted and logged by audit() */ }
   const op = ctx.target?.operation.id ?? null
+  const ms = elapsedMs(ctx)
+  // At the shipped level (warn) an ordinary request's line is not written: nor built.
+  if ((ctx.error !== undefined && ctx.error.status >= 500) || deps.log.isLevelEnabled('info')) logLine(deps, ctx, op, ms)
+  deps.metrics.observeRequest({
+    operation: op,
+    listener: ctx.listener,
+    tenant: ctx.identity?.tenant ?? null,
+    decision: ctx.decision?.decision ?? null,
+    status: ctx.status ?? 0,
+    durationMs: ms,
+    upstreamMs: ctx.upstreamMs,
+    bytesIn: ctx.bytesIn,
+    bytesOut: ctx.bytesOut,
+    rule: ctx.decision?.decision === 'deny' ? ctx.decision.rule?.rule ?? null : null,
+    wouldDeny: ctx.decision?.wouldDeny.length ? ctx.decision.wouldDeny.map((r) => r.rule) : undefined,
+  })
+  const kind = ctx.error && UPSTREAM_ERRORS[ctx.error.code]
+  if (kind) deps.metrics.upstreamError(kind)
+}
+
+/** The request's operational log line. */
+function logLine (deps: GatewayDeps, ctx: RequestContext, op: string | null, ms: number): void {
   const line = {
     req: ctx.id,
     listener: ctx.listener,
@@ -461,7 +483,7 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     status: ctx.status,
     bytesIn: ctx.bytesIn,
     bytesOut: ctx.bytesOut,
-    ms: elapsedMs(ctx),
+    ms,
     upstreamMs: ctx.upstreamMs === undefined ? undefined : Math.round(ctx.upstreamMs * 1000) / 1000,
     hijack: ctx.hijack,
     exitCode: ctx.exitCode ?? undefined,
@@ -470,21 +492,6 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
   }
   if (ctx.error && ctx.error.status >= 500) deps.log.error(line, 'request failed')
   else deps.log.info(line, 'request')
-  deps.metrics.observeRequest({
-    operation: op,
-    listener: ctx.listener,
-    tenant: ctx.identity?.tenant ?? null,
-    decision: ctx.decision?.decision ?? null,
-    status: ctx.status ?? 0,
-    durationMs: line.ms,
-    upstreamMs: ctx.upstreamMs,
-    bytesIn: ctx.bytesIn,
-    bytesOut: ctx.bytesOut,
-    rule: ctx.decision?.decision === 'deny' ? ctx.decision.rule?.rule ?? null : null,
-    wouldDeny: ctx.decision?.wouldDeny.map((r) => r.rule),
-  })
-  const kind = ctx.error && UPSTREAM_ERRORS[ctx.error.code]
-  if (kind) deps.metrics.upstreamError(kind)
 }
 
 const UPSTREAM_ERRORS: Partial<Record<string, UpstreamErrorKind>> = {
