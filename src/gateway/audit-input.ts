@@ -19,6 +19,8 @@ export interface ContextExtras {
   readonly facts?: AuditInput['facts']
   /** The decoded body (Evaluation.body); default: ctx.body, the canonical bytes forwarded. */
   readonly body?: unknown
+  /** Whether the record reads the policy's facts (AuditInput.policyFacts: levels `facts` and `request`); default true. */
+  readonly policyFacts?: boolean
   /** ExecStart: the exec's command, if the caller knows it. */
   readonly command?: readonly string[]
   /** session.end: the exec's exit code, when known. */
@@ -27,8 +29,6 @@ export interface ContextExtras {
 
 export function inputFromContext (ctx: RequestContext, event: AuditEventKind, extras: ContextExtras = {}): AuditInput {
   const t = ctx.target
-  const judged = extras.facts
-  let policyFacts: Record<string, unknown> | null | undefined
   return {
     event,
     time: extras.time ?? Date.now(),
@@ -43,8 +43,7 @@ export function inputFromContext (ctx: RequestContext, event: AuditEventKind, ex
     decision: ctx.decision ?? null,
     rewrites: ctx.rewrites ?? [],
     facts: extras.facts ?? factsOf(ctx, extras.body ?? ctx.body),
-    // Read by records at levels `facts` and `request` only: worked out when first read.
-    get policyFacts () { return (policyFacts ??= judged ? nonZeroFacts(judged) : null) },
+    policyFacts: extras.facts && extras.policyFacts !== false ? nonZeroFacts(extras.facts) : null,
     body: extras.body ?? ctx.body,
     command: extras.command ?? null,
     status: ctx.status ?? null,

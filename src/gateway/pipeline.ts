@@ -355,7 +355,7 @@ function deniedByTenancy (ctx: RequestContext, refusal: TenancyRefusal): void {
  */
 function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'session.start' | 'session.end'): void {
   try {
-    const written = deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
+    const written = deps.audit.record(inputFromContext(ctx, event, { facts: ctx.facts, policyFacts: deps.audit.level !== 'metadata', body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
     if (written) deps.metrics.auditWritten()
     else { deps.metrics.auditFailed(); deps.log.error({ req: ctx.id, op: ctx.target?.operation.id }, 'audit record dropped (audit.onFailure: open)') }
   } catch (err) {
