@@ -8,7 +8,8 @@ import t, { type Test } from 'tap'
 import { resolveTarget } from '../src/api/catalog/route'
 import { newContext, type RequestContext } from '../src/gateway/context'
 import type { AnswerEvent, AnswerEvents } from '../src/gateway/exchange'
-import { answerLocally, forward } from '../src/gateway/forward'
+import { answerLocally, forward, narrowJson } from '../src/gateway/forward'
+import { encodeBody } from '../src/api/body/decode'
 import { createUpstream, type Upstream } from '../src/gateway/upstream'
 import { parseConfig } from '../src/config'
 import { engine, request, uniqueName } from './helpers/gateway'
@@ -197,4 +198,20 @@ t.test('answerLocally: the gateway\'s own answer, finished before it is sent', a
   t.same(JSON.parse(reply.body.toString()), { local: true })
   t.same(done.events.map((e) => [e.event, e.headersSent]), [['finished', false]])
   t.equal(done.ctx.bytesOut, reply.body.length)
+})
+
+t.test('narrowJson: a changed answer is written as encodeBody writes it, by either path', async (t) => {
+  const strip = { kind: 'json' as const, transform: async (d: any) => ({ ...d, Config: { ...d.Config, Labels: {} } }) }
+  const doc = { Id: 'c'.repeat(64), Name: '/web', Args: ['<&>', 'é\u00e9', '\\ud800 is text', 'a"b\\c\n\t'], Memory: 536870912, Cpu: 0.25, Tiny: 1e-7, Neg: -3, Null: null, Yes: true, Empty: {}, List: [], Line: 'x\u2028y\u2029z', Config: { Labels: { 'io.portcullis.tenant': 'a' }, Env: null } }
+  const raw = Buffer.from(JSON.stringify(doc) + '\n')
+  const out = await narrowJson(raw, strip, 'ContainerInspect')
+  const expected = encodeBody(await strip.transform(JSON.parse(raw.toString()))).toString('utf8').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029') + '\n'
+  t.equal(out.toString('utf8'), expected, 'the same text as encodeBody, U+2028 and U+2029 escaped, a newline at the end')
+  t.notMatch(out.toString('utf8'), /[\u2028\u2029]/, 'no raw line separators')
+  // A lone surrogate is refused, as encodeBody refuses it, not written.
+  const lone = Buffer.from('{"Name":"\\ud800","Config":{"Labels":{"x":"y"}}}\n')
+  await t.rejects(narrowJson(lone, strip, 'ContainerInspect'), /lone UTF-16 surrogate/, 'a lone surrogate is refused')
+  // Numbers beyond a double keep their digits (the exact decoder's path).
+  const big = Buffer.from('{"Size":18446744073709551615,"Config":{"Labels":{"x":"y"}}}\n')
+  t.equal((await narrowJson(big, strip, 'ContainerInspect')).toString(), '{"Size":18446744073709551615,"Config":{"Labels":{}}}\n', 'uint64 kept exact')
 })

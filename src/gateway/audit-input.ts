@@ -19,6 +19,8 @@ export interface ContextExtras {
   readonly facts?: AuditInput['facts']
   /** The decoded body (Evaluation.body); default: ctx.body, the canonical bytes forwarded. */
   readonly body?: unknown
+  /** Whether the record reads the policy's facts (AuditInput.policyFacts: levels `facts` and `request`); default true. */
+  readonly policyFacts?: boolean
   /** ExecStart: the exec's command, if the caller knows it. */
   readonly command?: readonly string[]
   /** session.end: the exec's exit code, when known. */
@@ -41,7 +43,7 @@ export function inputFromContext (ctx: RequestContext, event: AuditEventKind, ex
     decision: ctx.decision ?? null,
     rewrites: ctx.rewrites ?? [],
     facts: extras.facts ?? factsOf(ctx, extras.body ?? ctx.body),
-    policyFacts: extras.facts ? nonZeroFacts(extras.facts) : null,
+    policyFacts: extras.facts && extras.policyFacts !== false ? nonZeroFacts(extras.facts) : null,
     body: extras.body ?? ctx.body,
     command: extras.command ?? null,
     status: ctx.status ?? null,

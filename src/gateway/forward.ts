@@ -6,6 +6,7 @@
  * request, whether or not the engine has answered yet.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { EventEmitter } from 'node:events'
 import { pipeline } from 'node:stream/promises'
 import { Readable } from 'node:stream'
 import { hasBody, jsonLines } from './body'
@@ -36,7 +37,7 @@ export async function forward (ctx: RequestContext, req: IncomingMessage, res: S
 
 async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerResponse, upstream: Upstream, dispatcher: Dispatcher, on: AnswerEvents): Promise<void> {
   const target = ctx.target!
-  const abort = new AbortController()
+  const abort = new Abort()
   const onClientGone = (): void => {
     if (!res.writableFinished) {
       ctx.aborted ??= 'client-closed'
@@ -67,12 +68,12 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
       path: ctx.upstreamUrl ?? target.rawUrl,
       headers: upstreamRequestHeaders(req, ctx, upstream),
       body,
-      signal: abort.signal,
+      signal: abort,
     })
   } catch (err) {
     // A body filter's refusal is the answer, whatever the engine made of the cut upload.
     if (refused?.error !== undefined) throw refused.error
-    if (abort.signal.aborted) return
+    if (abort.aborted) return
     throw upstreamError(err, upstream.url)
   }
   ctx.upstreamMs = performance.now() - sent
@@ -100,7 +101,7 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
     try {
       whole = await readWhole(ctx, answer, length)
     } catch (err) {
-      if (abort.signal.aborted) return
+      if (abort.aborted) return
       // Nothing has been sent yet: the client gets an error instead of a cut answer.
       throw err instanceof GatewayError ? err : upstreamError(err, upstream.url)
     } finally {
@@ -141,13 +142,27 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
       await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish, length), res)
     }
   } catch (err) {
-    if (!abort.signal.aborted) {
+    if (!abort.aborted) {
       ctx.aborted ??= 'upstream-error'
       res.destroy()
     }
   } finally {
     ctx.upstreamMs = performance.now() - sent
     res.off('close', onClientGone)
+  }
+}
+
+/**
+ * A client's disconnect, as undici's `signal` (an EventEmitter that emits `abort`,
+ * which undici takes as it takes an AbortSignal): an AbortController and its EventTarget
+ * cost more per request than the rest of forward's bookkeeping together.
+ */
+class Abort extends EventEmitter {
+  aborted = false
+  abort (): void {
+    if (this.aborted) return
+    this.aborted = true
+    this.emit('abort')
   }
 }
 
@@ -232,16 +247,26 @@ export async function narrowJson (raw: Buffer, filter: Extract<ResponseFilter, {
   let doc: unknown
   // JSON.parse is exact for integers of up to 15 digits and for floats (Go and JavaScript
   // print doubles alike); a longer run of digits anywhere takes the exact decoder.
-  const exact = LONG_DIGITS.test(raw.toString('latin1'))
+  // (A run of digits is the same in the UTF-8 text as in the bytes: one decoding serves both.)
+  const text = raw.toString('utf8')
+  const exact = LONG_DIGITS.test(text)
   try {
-    doc = exact ? decodeJson(raw) : JSON.parse(raw.toString('utf8'))
+    doc = exact ? decodeJson(raw) : JSON.parse(text)
   } catch (err) {
     throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${opId} is not JSON; not passed to a tenant unfiltered`, { cause: err })
   }
   const narrowed = await filter.transform(doc)
   if (narrowed === doc || keptWhole(doc, narrowed)) return raw
-  return Buffer.from(encodeBody(narrowed).toString('utf8').replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029') + '\n', 'utf8')
+  // Without exact numbers the document holds plain JSON values only, which JSON.stringify
+  // writes as encodeBody does (at a third of its cost on a container's inspect answer); a
+  // lone surrogate, which encodeBody refuses, takes encodeBody's path and is refused there.
+  let out = exact ? undefined : JSON.stringify(narrowed) as string | undefined
+  if (out === undefined || ESCAPED_SURROGATE.test(out)) out = encodeBody(narrowed).toString('utf8')
+  return Buffer.from(out.replace(/\u2028/g, '\\u2028').replace(/\u2029/g, '\\u2029') + '\n', 'utf8')
 }
+
+/** How JSON.stringify writes a lone UTF-16 surrogate (or a text that looks like one: then encodeBody decides). */
+const ESCAPED_SURROGATE = /\\ud[89a-f][0-9a-f]{2}/
 
 /**
  * A stream of JSON texts (events) narrowed record by record, in order, each kept with its
@@ -280,7 +305,7 @@ async function wholeAnswer (ctx: RequestContext, answer: Answer, why: 'filter' |
  * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
  * stream of JSON texts (events) passed record by record, each kept or dropped in order.
  */
-async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: AbortController, finish: () => Promise<void>): Promise<void> {
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: Abort, finish: () => Promise<void>): Promise<void> {
   const headers = narrowedHeaders(answer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
@@ -305,7 +330,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   try {
     await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep, filter.view), counter((n) => { ctx.bytesOut += n }, finish), res)
   } catch {
-    if (!abort.signal.aborted) {
+    if (!abort.aborted) {
       ctx.aborted ??= 'upstream-error'
       res.destroy()
     }

@@ -35,8 +35,9 @@ export function assertNoDuplicateHeaders (rawHeaders: readonly string[]): void {
   }
 }
 
-function connectionTokens (value: string | string[] | undefined): Set<string> {
-  const list = Array.isArray(value) ? value.join(',') : value ?? ''
+function connectionTokens (value: string | string[] | undefined): Set<string> | null {
+  if (value === undefined) return null
+  const list = Array.isArray(value) ? value.join(',') : value
   return new Set(list.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean))
 }
 
@@ -44,10 +45,37 @@ function connectionTokens (value: string | string[] | undefined): Set<string> {
 export function endToEnd (headers: Record<string, string | string[] | undefined>, drop: readonly string[] = []): HeaderMap {
   const named = connectionTokens(headers.connection)
   const out: HeaderMap = {}
-  for (const [k, v] of Object.entries(headers)) {
+  for (const k in headers) {
+    const v = headers[k]
+    if (v === undefined || !Object.hasOwn(headers, k)) continue
     const name = k.toLowerCase()
-    if (v === undefined || HOP_BY_HOP.has(name) || named.has(name) || drop.includes(name)) continue
+    if (HOP_BY_HOP.has(name) || named?.has(name) === true || drop.includes(name)) continue
     out[name] = Array.isArray(v) && v.length === 1 ? v[0] : v
+  }
+  return out
+}
+
+/**
+ * endToEnd of a request's headers as Node received them (`rawHeaders`: name, value,
+ * name, value...), what `endToEnd(req.headersDistinct, drop)` gives, without building
+ * `headersDistinct` first: a repeated header is the list of its lines, in order.
+ */
+export function endToEndRaw (raw: readonly string[], drop: readonly string[] = []): HeaderMap {
+  let connection: string[] | undefined
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i].length === 10 && raw[i].toLowerCase() === 'connection') (connection ??= []).push(raw[i + 1])
+  }
+  const named = connectionTokens(connection)
+  const out: HeaderMap = {}
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i].toLowerCase()
+    if (HOP_BY_HOP.has(name) || named?.has(name) === true || drop.includes(name)) continue
+    const v = raw[i + 1]
+    if (!Object.hasOwn(out, name)) out[name] = v
+    else {
+      const prev = out[name]
+      out[name] = Array.isArray(prev) ? [...prev, v] : [prev, v]
+    }
   }
   return out
 }

@@ -358,7 +358,7 @@ function deniedByTenancy (ctx: RequestContext, refusal: TenancyRefusal): void {
  */
 async function audit (deps: GatewayDeps, ctx: RequestContext, event: 'request' | 'session.start' | 'session.end'): Promise<void> {
   try {
-    const written = await deps.audit.commit(inputFromContext(ctx, event, { facts: ctx.facts, body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
+    const written = await deps.audit.commit(inputFromContext(ctx, event, { facts: ctx.facts, policyFacts: deps.audit.level !== 'metadata', body: ctx.decodedBody, exitCode: ctx.exitCode, ...(ctx.execCommand ? { command: ctx.execCommand } : {}) }))
     if (written) deps.metrics.auditWritten()
     else { deps.metrics.auditFailed(); deps.log.error({ req: ctx.id, op: ctx.target?.operation.id }, 'audit record dropped (audit.onFailure: open)') }
   } catch (err) {
@@ -456,6 +456,28 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     audit(deps, ctx, after).catch(() => { /* already counted and logged by audit() */ })
   }
   const op = ctx.target?.operation.id ?? null
+  const ms = elapsedMs(ctx)
+  // At the shipped level (warn) an ordinary request's line is not written: nor built.
+  if ((ctx.error !== undefined && ctx.error.status >= 500) || deps.log.isLevelEnabled('info')) logLine(deps, ctx, op, ms)
+  deps.metrics.observeRequest({
+    operation: op,
+    listener: ctx.listener,
+    tenant: ctx.identity?.tenant ?? null,
+    decision: ctx.decision?.decision ?? null,
+    status: ctx.status ?? 0,
+    durationMs: ms,
+    upstreamMs: ctx.upstreamMs,
+    bytesIn: ctx.bytesIn,
+    bytesOut: ctx.bytesOut,
+    rule: ctx.decision?.decision === 'deny' ? ctx.decision.rule?.rule ?? null : null,
+    wouldDeny: ctx.decision?.wouldDeny.length ? ctx.decision.wouldDeny.map((r) => r.rule) : undefined,
+  })
+  const kind = ctx.error && UPSTREAM_ERRORS[ctx.error.code]
+  if (kind) deps.metrics.upstreamError(kind)
+}
+
+/** The request's operational log line. */
+function logLine (deps: GatewayDeps, ctx: RequestContext, op: string | null, ms: number): void {
   const line = {
     req: ctx.id,
     listener: ctx.listener,
@@ -469,7 +491,7 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
     status: ctx.status,
     bytesIn: ctx.bytesIn,
     bytesOut: ctx.bytesOut,
-    ms: elapsedMs(ctx),
+    ms,
     upstreamMs: ctx.upstreamMs === undefined ? undefined : Math.round(ctx.upstreamMs * 1000) / 1000,
     hijack: ctx.hijack,
     exitCode: ctx.exitCode ?? undefined,
@@ -478,21 +500,6 @@ function finish (deps: GatewayDeps, ctx: RequestContext): void {
   }
   if (ctx.error && ctx.error.status >= 500) deps.log.error(line, 'request failed')
   else deps.log.info(line, 'request')
-  deps.metrics.observeRequest({
-    operation: op,
-    listener: ctx.listener,
-    tenant: ctx.identity?.tenant ?? null,
-    decision: ctx.decision?.decision ?? null,
-    status: ctx.status ?? 0,
-    durationMs: line.ms,
-    upstreamMs: ctx.upstreamMs,
-    bytesIn: ctx.bytesIn,
-    bytesOut: ctx.bytesOut,
-    rule: ctx.decision?.decision === 'deny' ? ctx.decision.rule?.rule ?? null : null,
-    wouldDeny: ctx.decision?.wouldDeny.map((r) => r.rule),
-  })
-  const kind = ctx.error && UPSTREAM_ERRORS[ctx.error.code]
-  if (kind) deps.metrics.upstreamError(kind)
 }
 
 const UPSTREAM_ERRORS: Partial<Record<string, UpstreamErrorKind>> = {

@@ -13,7 +13,7 @@ import type { UpstreamConfig } from '../config'
 import { GatewayError } from '../api/errors'
 import type { RequestContext } from './context'
 import { hasBody } from './body'
-import { endToEnd, type HeaderMap } from './headers'
+import { endToEndRaw, type HeaderMap } from './headers'
 
 export interface Upstream {
   readonly url: string
@@ -162,7 +162,7 @@ export function upstreamError (err: unknown, upstreamUrl: string): GatewayError 
 export const GATEWAY_CONSUMED = ['authorization', 'content-length'] as const
 
 export function upstreamRequestHeaders (req: IncomingMessage, ctx: RequestContext, upstream: Upstream): HeaderMap {
-  const headers = endToEnd(req.headersDistinct, GATEWAY_CONSUMED)
+  const headers = endToEndRaw(req.rawHeaders, GATEWAY_CONSUMED)
   if (upstream.host) headers.host = upstream.host
   for (const [k, v] of Object.entries(ctx.upstreamHeaders ?? {})) headers[k] = v
   if (ctx.body) headers['content-length'] = String(ctx.body.length)

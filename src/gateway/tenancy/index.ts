@@ -15,7 +15,7 @@ import { parseFilters, serializeFilters, withLabel } from './filters'
 import { Call, missing, type BodyFilter, type LocalAnswer, type ResponseFilter } from './call'
 import type { Credentials } from '../../config'
 import { OwnerCache, Resolver, watchEvents } from './lookup'
-import { handlers } from './operations'
+import { handlers, OPEN } from './operations'
 import type { SharedReservations } from './quota-store'
 import { podmanMissing } from './podman'
 import { refuse, TenancyRefusal } from './refusal'
@@ -96,6 +96,9 @@ export class Tenancy {
         return refused(refuse('tenant-names', `${op.id} refused: Podman's own API is not available to tenants while names are private (tenancy.yaml names: private); use the Docker-compatible API`))
       }
     }
+    // `_ping`, `version`...: nothing to change, nothing to narrow (under private names, an
+    // engine error's message is still put in the tenant's names: a Call is made then).
+    if (handler === OPEN && settings.names !== 'private') return UNCHANGED
     const call = new Call(op, target.params, target.query, body, tenant, identity.subject, settings, this.resolver, this.credentials, clientRegistryAuth, this.quotaStore)
     if (target.apiVersion) call.apiVersion = target.apiVersion
     try {
@@ -165,6 +168,9 @@ export class Tenancy {
 
   close (): void { this.stopWatching() }
 }
+
+/** A tenant's request that touches no tenant's objects: forwarded as it came. */
+const UNCHANGED: TenancyDecision = Object.freeze({ decision: 'scoped', patch: Object.freeze([]), setHeaders: Object.freeze({}) })
 
 function refused (error: TenancyRefusal): TenancyDecision {
   return { decision: 'refused', rule: error.rule, error }

@@ -88,6 +88,8 @@ function denied (rule: string, why: string): Handler {
 
 /** Operations that touch no tenant's objects. */
 const open: Handler = async () => {}
+/** The handler that changes nothing (tenancy/index.ts makes no Call for it). */
+export const OPEN: Handler = open
 
 /**
  * Lists and prunes: the engine applies the owner-label filter (ANDed with the client's,
