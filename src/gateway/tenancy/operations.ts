@@ -1572,10 +1572,38 @@ async function serviceReferences (call: Call): Promise<void> {
   // The image: another tenant's private image is refused as missing; one not on the
   // engine yet is pulled by the swarm (from a registry, with the request's credentials).
   const image = str(cs?.Image)
-  if (image && inSharedSet(call, image, await call.r.image(image, call.tenant)).state === 'foreign') throw missing('image', image, call.op.id, 'body')
+  if (!image) return
+  const { res, sent } = await tenantImage(call, image)
+  if (res.state === 'foreign') throw missing('image', image, call.op.id, 'body')
+  if (sent !== image) {
+    // Per-tenant names: the tenant's own image, under its engine name. The swarm's try to
+    // pull it fails (`.invalid` has no registry) and the task runs the local image, as
+    // it does for any image built on the node; no credentials go with that try.
+    call.setBody(['TaskTemplate', 'ContainerSpec', 'Image'], sent)
+    call.setHeaders['x-registry-auth'] = registryAuthHeader(undefined, TENANT_IMAGE_HOST)
+    return
+  }
   // The swarm pulls the image with the request's X-Registry-Auth: the gateway's credentials.
-  const parsed = image ? parseImageRef(image) : null
+  const parsed = parseImageRef(image)
   if (parsed) registryAuth(call, parsed.registry, 'pulling the service image')
+}
+
+/** A service's or a task's image in the tenant's plain name (names: private); `at`: where the ContainerSpec is. */
+function plainServiceImage (call: Call, at: readonly string[]): void {
+  if (!call.names.privateImages) return
+  const one = (doc: any): any => {
+    let out = doc
+    for (const top of at[0] === 'Spec' ? ['Spec', 'PreviousSpec'] : [at[0]]) {
+      const cs = [top, ...at.slice(1)].reduce((o: any, k) => o?.[k], out)
+      if (typeof cs?.Image !== 'string') continue
+      const plain = call.names.plainImage(cs.Image)
+      if (plain === cs.Image) continue
+      out = structuredClone(out)
+      ;[top, ...at.slice(1)].reduce((o: any, k) => o[k], out).Image = plain
+    }
+    return out
+  }
+  call.viewAnswer((b) => Array.isArray(b) ? b.map(one) : one(b))
 }
 
 /**
@@ -1661,7 +1689,11 @@ const serviceUpdate: Handler = async (call) => {
 const taskList: Handler = async (call) => {
   const mine = new Set((await call.r.ownList('service', call.tenant)).map((s) => String(s.ID)))
   call.respond = { kind: 'json', transform: (body) => list(body).filter((t: any) => mine.has(t?.ServiceID)) }
+  plainServiceImage(call, TASK_SPEC_IMAGE)
 }
+
+const SERVICE_SPEC_IMAGE = ['Spec', 'TaskTemplate', 'ContainerSpec'] as const
+const TASK_SPEC_IMAGE = ['Spec', 'ContainerSpec'] as const
 
 function swarmCreate (kind: 'secret' | 'config'): Handler {
   return async (call) => {
@@ -1935,14 +1967,23 @@ export const handlers: Readonly<Record<string, Handler>> = {
   SwarmUpdate: denied('swarm-read-only', 'the swarm is read-only for tenants'),
   SwarmUnlockkey: swarmChange(false),
   SwarmUnlock: swarmChange(false),
-  ServiceList: labelFiltered(keepOwn((s) => s?.Spec?.Labels, { at: ['Spec', 'Labels'] })),
+  ServiceList: async (call) => {
+    await labelFiltered(keepOwn((s) => s?.Spec?.Labels, { at: ['Spec', 'Labels'] }))(call)
+    plainServiceImage(call, SERVICE_SPEC_IMAGE)
+  },
   ServiceCreate: serviceCreate,
-  ServiceInspect: owned('service'),
+  ServiceInspect: async (call) => {
+    await owned('service')(call)
+    plainServiceImage(call, SERVICE_SPEC_IMAGE)
+  },
   ServiceDelete: owned('service'),
   ServiceUpdate: serviceUpdate,
   ServiceLogs: owned('service'),
   TaskList: taskList,
-  TaskInspect: owned('task'),
+  TaskInspect: async (call) => {
+    await owned('task')(call)
+    plainServiceImage(call, TASK_SPEC_IMAGE)
+  },
   TaskLogs: owned('task'),
   SecretList: secretList,
   SecretCreate: swarmCreate('secret'),
