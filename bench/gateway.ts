@@ -35,6 +35,8 @@ export interface GatewayOptions {
   tcpPort: number
   /** Extra node options (profiling). */
   nodeArgs?: string[]
+  /** The config's `workers` (default: the config's default, one process). */
+  workers?: number
 }
 
 /**
@@ -58,6 +60,7 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
     `audit: { file: ${path.join(dir, 'audit.jsonl')} }`,
     'log: { level: warn }',
     'shutdown: { graceSeconds: 2 }',
+    ...(options.workers !== undefined ? [`workers: ${options.workers}`] : []),
     // The bench measures what the gateway costs, not where its rate limits cut in: none,
     // except for identities with the role `limited` (section 7's flood over its rate limit).
     'rates: { roles: { limited: { read: { rate: 200, burst: 400 }, write: { rate: 20, burst: 100 } } }, others: null }',
