@@ -238,14 +238,14 @@ export async function execStart (e: Endpoint, execId: string, timeoutMs: number)
 }
 
 /**
- * A stream held open: `GET /containers/{id}/logs?follow=1` or an attach hijacked as
- * CLI 28.x does it. Resolves once the response head has arrived (the stream is then
+ * A stream held open: `GET /containers/{id}/logs?follow=1` (from the last `logsTail`
+ * lines), `GET /events`, or an attach hijacked as CLI 28.x does it. Resolves once the response head has arrived (the stream is then
  * established); `close()` ends it. `status` is what the server answered (101 for an
  * attach upgrade, 200 for logs, or an old-style 200 for an attach).
  */
 export interface HeldStream { readonly status: number, bytes: number, close (): void }
 
-export async function holdStream (e: Endpoint, kind: 'logs' | 'attach', containerId: string, timeoutMs = 30_000): Promise<HeldStream> {
+export async function holdStream (e: Endpoint, kind: 'logs' | 'attach' | 'events', containerId: string, timeoutMs = 30_000, logsTail = 0): Promise<HeldStream> {
   const attach = kind === 'attach'
   return await new Promise<HeldStream>((resolve, reject) => {
     const req = http.request({
@@ -253,7 +253,9 @@ export async function holdStream (e: Endpoint, kind: 'logs' | 'attach', containe
       method: attach ? 'POST' : 'GET',
       path: attach
         ? `${API}/containers/${containerId}/attach?stream=1&stdout=1&stderr=1`
-        : `${API}/containers/${containerId}/logs?follow=1&stdout=1&stderr=1&tail=0`,
+        : kind === 'logs'
+          ? `${API}/containers/${containerId}/logs?follow=1&stdout=1&stderr=1&tail=${logsTail}`
+          : `${API}/events`,
       agent: false,
       headers: attach ? { ...e.headers, connection: 'Upgrade', upgrade: 'tcp' } : { ...e.headers },
     })

@@ -11,14 +11,12 @@
  * Every step is bounded in time and fails loudly past it.
  */
 import { execSync } from 'node:child_process'
-import http from 'node:http'
-import type { Socket } from 'node:net'
 import fs from 'node:fs'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import jwt from 'jsonwebtoken'
 import { WebSocket } from 'undici'
-import { API, call, endpoint, load, type Endpoint } from './clients'
+import { API, call, endpoint, holdStream, load, type Endpoint, type HeldStream } from './clients'
 import { readMemory, startGatewayProcess, type GatewayProcess } from './gateway'
 import { freePort } from './peer'
 
@@ -117,43 +115,11 @@ async function memory (gw: GatewayProcess, url: string, snapshot?: string): Prom
   return { rss: readMemory(gw.pid).rss, heapUsed, fds: fs.readdirSync(`/proc/${gw.pid}/fd`).length }
 }
 
-interface Held { bytes: number, close (): void }
+type Held = Pick<HeldStream, 'bytes' | 'close'>
 
 /** One held session; resolves once its head (or 101) is in. */
 async function hold (e: Endpoint, kind: 'logs' | 'events' | 'attach', containerId: string, timeoutMs: number): Promise<Held> {
-  const attach = kind === 'attach'
-  const p = kind === 'attach'
-    ? `${API}/containers/${containerId}/attach?stream=1&stdout=1&stderr=1`
-    : kind === 'logs'
-      ? `${API}/containers/${containerId}/logs?follow=1&stdout=1&stderr=1&tail=1`
-      : `${API}/events`
-  return await new Promise<Held>((resolve, reject) => {
-    const req = http.request({
-      socketPath: e.socket,
-      method: attach ? 'POST' : 'GET',
-      path: p,
-      agent: false,
-      headers: attach ? { ...e.headers, connection: 'Upgrade', upgrade: 'tcp' } : { ...e.headers },
-    })
-    const timer = setTimeout(() => { req.destroy(new Error(`${kind} ${containerId.slice(0, 12)}: no answer within ${timeoutMs} ms`)) }, timeoutMs)
-    req.on('error', (err) => { clearTimeout(timer); reject(err) })
-    req.on('response', (res) => {
-      clearTimeout(timer)
-      const held: Held = { bytes: 0, close: () => { res.destroy(); req.destroy() } }
-      res.on('data', (b: Buffer) => { held.bytes += b.length })
-      res.on('error', () => {})
-      if (res.statusCode !== 200) { held.close(); reject(new Error(`${kind} ${containerId.slice(0, 12)}: status ${res.statusCode}`)); return }
-      resolve(held)
-    })
-    req.on('upgrade', (_res, sock: Socket) => {
-      clearTimeout(timer)
-      const held: Held = { bytes: 0, close: () => { sock.destroy() } }
-      sock.on('data', (b: Buffer) => { held.bytes += b.length })
-      sock.on('error', () => {})
-      resolve(held)
-    })
-    req.end()
-  })
+  return await holdStream(e, kind, containerId, timeoutMs, 1)
 }
 
 async function parallel<T> (items: readonly T[], width: number, work: (item: T) => Promise<void>): Promise<void> {

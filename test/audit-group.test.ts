@@ -15,6 +15,7 @@ import { AuditTrail, verify, type AuditInput } from '../src/audit'
 import { readSealFile } from '../src/audit/chain'
 import { GROUP_MAX } from '../src/audit/trail'
 import { spawn } from 'node:child_process'
+import { countAuditWrites } from './helpers/count-audit-writes'
 import { engine, POLICIES, waitUntil } from './helpers/gateway'
 
 const CLI = path.join(__dirname, '..', 'src', 'cli.js')
@@ -54,20 +55,8 @@ function request (i: number): AuditInput {
 
 /** Count, from now until `stop()`, the writes that reach `file` and the lines each carried. */
 function countWrites (t: Test, file: string): { writes: number[], stop: () => void } {
-  const original = fs.writeSync as (fd: number, ...rest: unknown[]) => number
   const writes: number[] = []
-  const patched = (fd: number, ...rest: unknown[]): number => {
-    const n = original.call(fs, fd, ...rest)
-    let target = ''
-    try { target = fs.readlinkSync(`/proc/self/fd/${fd}`) } catch { /* not a file */ }
-    if (target === file) {
-      const data = rest[0]
-      writes.push((typeof data === 'string' ? data : Buffer.from(data as Uint8Array).toString('latin1')).split('\n').length - 1)
-    }
-    return n
-  }
-  Object.assign(fs, { writeSync: patched })
-  const stop = (): void => { Object.assign(fs, { writeSync: original }) }
+  const stop = countAuditWrites(file, (lines) => { writes.push(lines) })
   t.teardown(stop)
   return { writes, stop }
 }
