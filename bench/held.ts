@@ -8,6 +8,7 @@
  *
  * `runHeld` is section 8 of `npm run bench` (and BENCH_ONLY=held); run alone:
  *   node dist/bench/held.js [N ...]     e.g. `node dist/bench/held.js 1000 3000`
+ * HELD_KINDS=logs (or events, attach, a comma-separated list) holds only those kinds.
  * Every step is bounded in time and fails loudly past it.
  */
 import { execSync } from 'node:child_process'
@@ -161,12 +162,14 @@ export async function runHeld (o: HeldOptions): Promise<HeldResult> {
     const pingIdle = pingStats((await within('held: idle pings', o.stepTimeoutMs, load(ping, 'GET', '/_ping', o.pings, 8, deadline))).latenciesMs)
     const start = await within('held: memory at start', o.stepTimeoutMs, memory(o.gateway, url, snap('start')))
 
-    const kinds = ['logs', 'events', 'attach'] as const
+    // HELD_KINDS=logs,events: only those kinds (each kind's cost per session, alone).
+    const only = (process.env.HELD_KINDS ?? '').split(',').filter((k) => k)
+    const kinds = (['logs', 'events', 'attach'] as const).filter((k) => only.length === 0 || only.includes(k))
     const opened = { logs: 0, events: 0, attach: 0 }
     o.say(`held: opening ${o.sessions} sessions (logs -f, events, attach) across ${o.tenants} tenants`)
     await within(`held: opening ${o.sessions} sessions`, o.stepTimeoutMs, () => `${opened.logs} logs -f, ${opened.events} events, ${opened.attach} attach open`, parallel(Array.from({ length: o.sessions }, (_x, i) => i), 32, async (i) => {
       const t = i % o.tenants
-      const kind = kinds[Math.floor(i / o.tenants) % 3]!
+      const kind = kinds[Math.floor(i / o.tenants) % kinds.length]!
       held.push(await hold(tenants[t]!, kind, containers[t]!, 30_000))
       opened[kind]++
     }))

@@ -380,7 +380,7 @@ t.test('filter stage: JSON lines, NDJSON and JSON sequences, the engine\'s bytes
     const mb = body.indexOf(Buffer.from('✓')) + 1
     const cuts = [7, mb, body.indexOf(0x0a) + 1, body.length - 5].sort((x, y) => x - y)
     const keep = filterEvents(callFor('SystemEvents', {}, resolver))
-    const narrowed = await collect(narrowLines(chunked(body, cuts), keep))
+    const narrowed = await collect(chunked(body, cuts).pipe(narrowLines(keep)))
     t.equal(narrowed.toString('utf8'), [a1, a2, va].map((r) => `${sep}${r}\n`).join(''), `${framing}: A's records, in order, byte for byte (separator kept)`)
     t.notOk(narrowed.includes('team-b'), `${framing}: nothing of B's`)
     t.ok(narrowed.includes('18446744073709551615'), `${framing}: a field the gateway does not know, digits as sent`)

@@ -128,20 +128,42 @@ export async function readUpgradeBody (req: IncomingMessage, socket: Duplex, hea
  * character split between two chunks is decoded whole and `bytes` are the engine's.
  */
 export async function * jsonLines (source: AsyncIterable<Buffer | string>): AsyncGenerator<{ bytes: Buffer, line: string, value: unknown }> {
-  let rest: Buffer = EMPTY
+  const lines = new JsonLineSplitter()
   for await (const chunk of source) {
-    const data = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk
-    let buf = rest.length ? Buffer.concat([rest, data]) : data
+    // Copies: a record kept by the consumer must not pin (or alias) the chunk it came from.
+    for (const r of lines.records(typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk)) yield { ...r, bytes: Buffer.from(r.bytes) }
+  }
+}
+
+/**
+ * jsonLines' reading, one chunk at a time (events narrowed for a tenant: a Transform,
+ * not a chain of async generators per held stream). `records` returns the records the
+ * chunk completes, their `bytes` views of this chunk (or of its join with the kept
+ * remainder); the incomplete last line is kept as a copy of its own, not a slice of a
+ * pooled or received buffer that a stream idle for hours would pin.
+ */
+export class JsonLineSplitter {
+  private rest: Buffer = EMPTY
+
+  records (data: Buffer): Array<{ bytes: Buffer, line: string, value: unknown }> {
+    let buf = this.rest.length ? Buffer.concat([this.rest, data]) : data
+    const out: Array<{ bytes: Buffer, line: string, value: unknown }> = []
     let nl
     while ((nl = buf.indexOf(0x0a)) >= 0) {
-      const bytes = buf.subarray(0, nl)
+      const record = jsonRecord(buf.subarray(0, nl))
       buf = buf.subarray(nl + 1)
-      const record = jsonRecord(bytes)
-      if (record) yield record
+      if (record) out.push(record)
     }
-    // A copy: the remainder must not pin (or alias) the whole chunk it came from.
-    rest = Buffer.from(buf)
+    this.rest = buf.length ? ownCopy(buf) : EMPTY
+    return out
   }
+}
+
+/** A copy in memory of its own (Buffer.from may slice a shared 8 KiB pool that the copy then keeps alive). */
+export function ownCopy (buf: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(buf.length)
+  buf.copy(copy)
+  return copy
 }
 
 const EMPTY = Buffer.alloc(0)
@@ -154,7 +176,7 @@ function jsonRecord (bytes: Buffer): { bytes: Buffer, line: string, value: unkno
   if (text.trim() === '') return null
   let value: unknown
   try { value = JSON.parse(text) } catch { value = undefined }
-  return { bytes: Buffer.from(bytes), line, value }
+  return { bytes, line, value }
 }
 
 /** The last chunk of an empty chunked body, `0[;ext]\r\n\r\n`: what follows it is returned (already stream data). */

@@ -8,8 +8,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { EventEmitter } from 'node:events'
 import { pipeline } from 'node:stream/promises'
-import { Readable } from 'node:stream'
-import { hasBody, jsonLines } from './body'
+import { Readable, Transform, type TransformCallback } from 'node:stream'
+import { hasBody, JsonLineSplitter } from './body'
 import type { RequestContext } from './context'
 import { counter, declaredLength, finishOnce } from './streams'
 import { GatewayError } from '../api/errors'
@@ -272,16 +272,53 @@ const ESCAPED_SURROGATE = /\\ud[89a-f][0-9a-f]{2}/
  * A stream of JSON texts (events) narrowed record by record, in order, each kept with its
  * exact bytes or dropped (and dropped when it is not JSON). A kept record that `view`
  * changes is decoded again exactly (an event's timeNano exceeds a double) and re-encoded,
- * its RFC 7464 record separator kept.
+ * its RFC 7464 record separator kept. `count` sees the bytes passed on; `beforeEnd` runs
+ * once the engine's end is in, before it is passed on (the audit record: as `counter`).
+ *
+ * One Transform per stream, not a chain of async generators: a tenant's `events` may be
+ * held for days, and each generator, its pending requests and the pipeline stage around
+ * it cost several kilobytes per held stream. What a chunk's kept records come to is
+ * written as one buffer of its own (not a slice of the shared pool, which an idle
+ * stream's last write would pin).
  */
-export async function * narrowLines (source: AsyncIterable<Buffer>, keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown): AsyncGenerator<Buffer> {
-  for await (const { bytes, line, value } of jsonLines(source)) {
-    if (value === undefined || !await keep(value)) continue
-    if (view === undefined || view(value) === value) { yield Buffer.concat([bytes, NEWLINE]); continue }
-    const rs = line.startsWith('\x1e')
-    const exact = view(decodeJson(rs ? bytes.subarray(1) : bytes))
-    yield Buffer.concat([rs ? RECORD_SEPARATOR : EMPTY, encodeBody(exact), NEWLINE])
+export function narrowLines (keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown, count?: (n: number) => void, beforeEnd?: () => Promise<void>): Transform {
+  const lines = new JsonLineSplitter()
+  const narrow = async (records: Array<{ bytes: Buffer, line: string, value: unknown }>): Promise<Buffer | undefined> => {
+    const parts: Buffer[] = []
+    let size = 0
+    for (const { bytes, line, value } of records) {
+      if (value === undefined || !await keep(value)) continue
+      if (view === undefined || view(value) === value) {
+        parts.push(bytes, NEWLINE)
+        size += bytes.length + 1
+        continue
+      }
+      const rs = line.startsWith('\x1e')
+      const exact = encodeBody(view(decodeJson(rs ? bytes.subarray(1) : bytes)))
+      if (rs) parts.push(RECORD_SEPARATOR)
+      parts.push(exact, NEWLINE)
+      size += (rs ? 1 : 0) + exact.length + 1
+    }
+    if (size === 0) return undefined
+    const out = Buffer.allocUnsafeSlow(size)
+    let at = 0
+    for (const p of parts) at += p.copy(out, at)
+    return out
   }
+  return new Transform({
+    transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
+      const records = lines.records(chunk)
+      if (records.length === 0) { cb(); return }
+      narrow(records).then((out) => {
+        if (out !== undefined) count?.(out.length)
+        cb(null, out)
+      }, (err: unknown) => { cb(err as Error) })
+    },
+    flush (cb: TransformCallback) {
+      if (beforeEnd === undefined) { cb(); return }
+      beforeEnd().then(() => { cb() }, (err: unknown) => { cb(err as Error) })
+    },
+  })
 }
 
 const RECORD_SEPARATOR = Buffer.from('\x1e')
@@ -328,7 +365,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
   try {
-    await pipeline(answer.body, (source: AsyncIterable<Buffer>) => narrowLines(source, filter.keep, filter.view), counter((n) => { ctx.bytesOut += n }, finish), res)
+    await pipeline(answer.body, narrowLines(filter.keep, filter.view, (n) => { ctx.bytesOut += n }, finish), res)
   } catch {
     if (!abort.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -11,7 +11,7 @@
  * When the engine declines (no such container, exec not running...) its ordinary
  * response is relayed instead.
  */
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
+import { STATUS_CODES, type ClientRequest, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Socket } from 'node:net'
 import type { RequestContext } from './context'
@@ -105,12 +105,15 @@ function takeOver (socket: Socket, onData: (chunk: Buffer) => void, onEnd: () =>
 export async function hijack (ctx: RequestContext, client: HijackClient, upstream: Upstream, track: (close: () => void) => () => void, on: AnswerEvents): Promise<void> {
   const target = ctx.target
   if (!target) throw new Error('hijack before routing')
-  const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: ctx.upstreamUrl ?? target.rawUrl, headers: upgradeHeaders(client.req, ctx, upstream) })
-  const sent = performance.now()
-
   return await new Promise<void>((resolve, reject) => {
+    // (Made here and held only by `pending` below: no closure of this session captures it.)
+    const upReq = upstream.hijackRequest({ method: client.req.method ?? 'POST', path: ctx.upstreamUrl ?? target.rawUrl, headers: upgradeHeaders(client.req, ctx, upstream) })
+    const sent = performance.now()
     let settled = false
-    const untrack = track(() => { ctx.aborted ??= 'shutdown'; upReq.destroy(); clientDuplex().destroy() })
+    // The request until the engine has answered: a session held for days keeps its two
+    // sockets, not the finished ClientRequest and its response (closures here hold it).
+    let pending: ClientRequest | null = upReq
+    const untrack = track(() => { ctx.aborted ??= 'shutdown'; pending?.destroy(); clientDuplex().destroy() })
     const settle = (err?: unknown): void => {
       if (settled) return
       settled = true
@@ -120,7 +123,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
     }
     const clientDuplex = (): Duplex => client.form === 'upgrade' ? client.socket : client.req.socket
     // The client leaving before the engine answers ends the upstream request.
-    const onEarlyClose = (): void => { ctx.aborted ??= 'client-closed'; upReq.destroy(); settle() }
+    const onEarlyClose = (): void => { ctx.aborted ??= 'client-closed'; pending?.destroy(); settle() }
     clientDuplex().once('close', onEarlyClose)
 
     upReq.on('error', (err) => {
@@ -130,6 +133,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
 
     upReq.on('upgrade', (res: IncomingMessage, engine: Socket, engineHead: Buffer) => {
       clientDuplex().off('close', onEarlyClose)
+      pending = null
       ctx.upstreamMs = performance.now() - sent
       ctx.status = res.statusCode
       ctx.hijack = client.form

@@ -233,6 +233,8 @@ async function readBody (deps: GatewayDeps, ctx: RequestContext, req: IncomingMe
 function letGo (deps: GatewayDeps, ctx: RequestContext): void {
   ctx.hold?.release()
   ctx.turn?.release()
+  // Given back for good (release is once): not kept, with its timer, for the stream's life.
+  ctx.turn = undefined
   const needs = recordNeeds(ctx.target?.operation.id ?? null, deps.audit.level)
   ctx.decodedBody = undefined
   if (!needs.facts) ctx.facts = undefined
