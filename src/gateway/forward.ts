@@ -7,11 +7,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { EventEmitter } from 'node:events'
-import { pipeline } from 'node:stream/promises'
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import { hasBody, JsonLineSplitter } from './body'
 import type { RequestContext } from './context'
-import { counter, declaredLength, finishOnce } from './streams'
+import { counter, declaredLength, finishOnce, relay } from './streams'
 import { GatewayError } from '../api/errors'
 import { endToEnd, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
@@ -137,9 +136,9 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
     if (length === undefined) {
       // A chunked or close-delimited answer is complete only with its end: recorded
       // once the engine's end is in, before the end is passed on; cut if it cannot be.
-      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish), res)
+      await relay(answer.body, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish })
     } else {
-      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish, length), res)
+      await relay(answer.body, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish, length })
     }
   } catch (err) {
     if (!abort.aborted) {
@@ -272,21 +271,31 @@ const ESCAPED_SURROGATE = /\\ud[89a-f][0-9a-f]{2}/
  * A stream of JSON texts (events) narrowed record by record, in order, each kept with its
  * exact bytes or dropped (and dropped when it is not JSON). A kept record that `view`
  * changes is decoded again exactly (an event's timeNano exceeds a double) and re-encoded,
- * its RFC 7464 record separator kept. `count` sees the bytes passed on; `beforeEnd` runs
- * once the engine's end is in, before it is passed on (the audit record: as `counter`).
+ * its RFC 7464 record separator kept.
  *
- * One Transform per stream, not a chain of async generators: a tenant's `events` may be
- * held for days, and each generator, its pending requests and the pipeline stage around
- * it cost several kilobytes per held stream. What a chunk's kept records come to is
+ * A tenant's `events` stream is narrowed by lineNarrower inside relay() (streams.ts), not
+ * by a chain of async generators in a pipeline: it may be held for days, and each
+ * generator, its pending requests and the pipeline stage around it cost several
+ * kilobytes per held stream. What a chunk's kept records come to is
  * written as one buffer of its own (not a slice of the shared pool, which an idle
  * stream's last write would pin).
  */
-export function narrowLines (keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown, count?: (n: number) => void, beforeEnd?: () => Promise<void>): Transform {
+export function narrowLines (keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown): Transform {
+  const narrow = lineNarrower(keep, view)
+  return new Transform({
+    transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
+      narrow(chunk).then((out) => { cb(null, out) }, (err: unknown) => { cb(err as Error) })
+    },
+  })
+}
+
+/** narrowLines' work as relay()'s `map`: what one chunk's complete records come to. */
+export function lineNarrower (keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown): (chunk: Buffer) => Promise<Buffer | undefined> {
   const lines = new JsonLineSplitter()
-  const narrow = async (records: Array<{ bytes: Buffer, line: string, value: unknown }>): Promise<Buffer | undefined> => {
+  return async (chunk) => {
     const parts: Buffer[] = []
     let size = 0
-    for (const { bytes, line, value } of records) {
+    for (const { bytes, line, value } of lines.records(chunk)) {
       if (value === undefined || !await keep(value)) continue
       if (view === undefined || view(value) === value) {
         parts.push(bytes, NEWLINE)
@@ -305,20 +314,6 @@ export function narrowLines (keep: (event: any) => Promise<boolean>, view?: (eve
     for (const p of parts) at += p.copy(out, at)
     return out
   }
-  return new Transform({
-    transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
-      const records = lines.records(chunk)
-      if (records.length === 0) { cb(); return }
-      narrow(records).then((out) => {
-        if (out !== undefined) count?.(out.length)
-        cb(null, out)
-      }, (err: unknown) => { cb(err as Error) })
-    },
-    flush (cb: TransformCallback) {
-      if (beforeEnd === undefined) { cb(); return }
-      beforeEnd().then(() => { cb() }, (err: unknown) => { cb(err as Error) })
-    },
-  })
 }
 
 const RECORD_SEPARATOR = Buffer.from('\x1e')
@@ -365,7 +360,7 @@ async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, ans
   res.writeHead(answer.statusCode, headers)
   res.flushHeaders()
   try {
-    await pipeline(answer.body, narrowLines(filter.keep, filter.view, (n) => { ctx.bytesOut += n }, finish), res)
+    await relay(answer.body, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish, map: lineNarrower(filter.keep, filter.view) })
   } catch {
     if (!abort.aborted) {
       ctx.aborted ??= 'upstream-error'

@@ -1,5 +1,5 @@
 /** Byte counting on the streams between client and engine (forward.ts, hijack.ts). */
-import { Transform, type TransformCallback } from 'node:stream'
+import { Transform, type Readable, type TransformCallback, type Writable } from 'node:stream'
 
 /**
  * A pass-through stream that adds the bytes it carries to a counter, and runs
@@ -61,4 +61,101 @@ export function declaredLength (headers: Record<string, string | string[] | unde
   const v = headers['content-length']
   const n = typeof v === 'string' ? Number(v) : NaN
   return Number.isSafeInteger(n) && n >= 0 ? n : undefined
+}
+
+export interface RelayOptions {
+  /** Sees the bytes passed on. */
+  count: (n: number) => void
+  /** Runs once the source has ended, before the end (and, for a body of `length`, its last chunk) is passed on. */
+  beforeEnd: () => Promise<void>
+  /** The body length the answer declares (as `counter`). */
+  length?: number
+  /** Each chunk becomes what this resolves to (nothing: dropped), in order, one at a time. */
+  map?: (chunk: Buffer) => Promise<Buffer | undefined>
+}
+
+/**
+ * An answer's body relayed from the engine to the client, as pipeline(source,
+ * counter(...), dest) does (backpressure, the audit record before the end, a failure
+ * or a close on either side ends both), with a few listeners instead of a Transform,
+ * two pipes and an end-of-stream watcher per stream: a `logs -f` or `events` may be
+ * held for days, by thousands of clients, and that plumbing costs several kilobytes
+ * each. Resolves once `dest` has finished; rejects (the source destroyed) on an error
+ * or a premature close of either side.
+ */
+export async function relay (source: Readable, dest: Writable, o: RelayOptions): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    let seen = 0
+    let held: Buffer | undefined
+    let settled = false
+    let draining = false
+    let mapping = false
+    const settle = (err?: Error | null): void => {
+      if (settled) return
+      settled = true
+      source.off('data', onData)
+      source.off('end', onEnd)
+      source.off('close', onSourceClose)
+      dest.off('drain', onDrain)
+      dest.off('finish', onFinish)
+      dest.off('close', onDestClose)
+      if (err) {
+        source.destroy()
+        reject(err)
+      } else {
+        resolve()
+      }
+    }
+    const pass = (chunk: Buffer): void => {
+      o.count(chunk.length)
+      seen += chunk.length
+      // The chunk that completes a body of declared length waits for beforeEnd (as counter's).
+      if (o.length !== undefined && seen >= o.length) held = chunk
+      else if (!dest.write(chunk)) { draining = true; source.pause() }
+    }
+    const map = o.map
+    const onData = map === undefined
+      ? pass
+      : (chunk: Buffer): void => {
+          // One chunk at a time, in order: the source waits while a chunk is mapped.
+          mapping = true
+          source.pause()
+          map(chunk).then((out) => {
+            mapping = false
+            if (settled) return
+            if (out !== undefined && out.length > 0) pass(out)
+            if (!draining) source.resume()
+          }, settle)
+        }
+    const onDrain = (): void => {
+      draining = false
+      if (!mapping) source.resume()
+    }
+    const onEnd = (): void => {
+      o.beforeEnd().then(() => { if (!settled) dest.end(held) }, settle)
+    }
+    const onFinish = (): void => { settle() }
+    const onSourceClose = (): void => { if (!source.readableEnded) settle(prematureClose()) }
+    const onDestClose = (): void => { if (!dest.writableFinished) settle(prematureClose()) }
+    if (source.destroyed || dest.destroyed || dest.writableEnded) {
+      source.on('error', noop)
+      settle(prematureClose())
+      return
+    }
+    // The error listeners stay: an error after the end (an abort's) is no crash.
+    source.on('error', settle)
+    source.on('data', onData)
+    source.once('end', onEnd)
+    source.once('close', onSourceClose)
+    dest.on('drain', onDrain)
+    dest.once('finish', onFinish)
+    dest.on('error', settle)
+    dest.once('close', onDestClose)
+  })
+}
+
+function noop (): void {}
+
+function prematureClose (): Error {
+  return Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' })
 }
