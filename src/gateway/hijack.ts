@@ -17,6 +17,7 @@ import type { Socket } from 'node:net'
 import type { RequestContext } from './context'
 import type { AnswerEvents } from './exchange'
 import { counter, declaredLength, finishOnce } from './streams'
+import { streamed } from './young'
 import { GatewayError, renderError } from '../api/errors'
 import { endToEnd, serializeHead, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
@@ -67,8 +68,8 @@ function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: ()
     onDone()
   }
   // Counted by watching the chunks go by: no stream stage between the two sockets.
-  client.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length })
-  engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
+  client.on('data', (chunk: Buffer) => { ctx.bytesIn += chunk.length; streamed(chunk.length) })
+  engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length; streamed(chunk.length) })
   client.pipe(engine)
   engine.pipe(client)
   client.on('error', finish)
@@ -194,7 +195,7 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         if (engineHead.length) { out.write(engineHead); ctx.bytesOut += engineHead.length }
         req.on('data', stdin)
         // The pipe ends the response once the engine's output has all passed through.
-        engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length })
+        engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length; streamed(chunk.length) })
         engine.pipe(out)
         const finish = (): void => { engine.destroy(); settle() }
         out.once('finish', finish)

@@ -1,5 +1,6 @@
 /** Byte counting on the streams between client and engine (forward.ts, hijack.ts). */
 import { Transform, type Readable, type TransformCallback, type Writable } from 'node:stream'
+import { streamed } from './young'
 
 /**
  * A pass-through stream that adds the bytes it carries to a counter, and runs
@@ -15,6 +16,7 @@ export function counter (add: (n: number) => void, beforeEnd?: () => void | Prom
   return new Transform({
     transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
       add(chunk.length)
+      streamed(chunk.length)
       seen += chunk.length
       if (beforeEnd && length !== undefined && seen >= length) {
         held = chunk
@@ -108,6 +110,7 @@ export async function relay (source: Readable, dest: Writable, o: RelayOptions):
     }
     const pass = (chunk: Buffer): void => {
       o.count(chunk.length)
+      streamed(chunk.length)
       seen += chunk.length
       // The chunk that completes a body of declared length waits for beforeEnd (as counter's).
       if (o.length !== undefined && seen >= o.length) held = chunk
