@@ -5,7 +5,9 @@
  * between collections (npm run bench: a 200 MB `cp` took the gateway from 109 MB to 152 MB
  * resident). So every YOUNG_GC_BYTES relayed the young generation is collected (a scavenge:
  * a fraction of a millisecond, its objects mostly dead), which keeps the memory a stream
- * holds flat with its size. Small requests never come near it: their young-generation
+ * holds flat with its size: 200 MB cp out, cp in, exec and logs each within 7 MB of the
+ * idle gateway (16 MiB: 19 MB; none: 15-27 MB), and no more gateway CPU per GB (less:
+ * the large collections that the piled-up buffers caused are gone). Small requests never come near it: their young-generation
  * size (`--max-semi-space-size`, cli.ts) is left as it is.
  *
  * The collector is V8's own `gc` function, taken from a fresh context once the flag that
