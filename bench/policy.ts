@@ -1,8 +1,8 @@
 /**
  * Policy decision cost with a large policy: the shipped policy plus 10,000 generated
  * lines (per-user grants and conditional denies spread over 500 tenants), timed
- * in-process. Reported as median and p99 per decision; the target is a median under
- * 50 µs. Also reported: the full inspect stage (decode + rewrite + decide + encode)
+ * in-process. Reported as median and p99 per decision; the target (issue 21) is a
+ * median of at most 25 µs with 10,000 lines, its first measured value. Also reported: the full inspect stage (decode + rewrite + decide + encode)
  * for a realistic ContainerCreate body as the docker CLI sends it, and the process's
  * CPU time per decision (user + system over the timed loop: on a shared machine the
  * wall-clock median also counts time spent waiting for a core).
@@ -120,7 +120,7 @@ export async function runPolicyBench (sizes: number[] = [10, 1_000, 10_000], dec
   const out: PolicySize[] = []
   for (const n of sizes) out.push(await measureSize(n, decisions))
   const largest = out[out.length - 1]
-  return { sizes: out, targetUs: 50, pass: largest.decideMedianUs < 50 }
+  return { sizes: out, targetUs: 25, pass: largest.decideMedianUs <= 25 }
 }
 
 export function renderPolicyBench (r: PolicyBench): string {
