@@ -1,11 +1,15 @@
 /**
  * Policy decision cost with a large policy: the shipped policy plus 10,000 generated
  * lines (per-user grants and conditional denies spread over 500 tenants), timed
- * in-process. Reported as median and p99 per decision; the target is a median under
- * 50 µs. Also reported: the full inspect stage (decode + rewrite + decide + encode)
- * for a realistic ContainerCreate body as the docker CLI sends it.
+ * in-process. Reported as median and p99 per decision; the target (issue 21) is a
+ * median of at most 25 µs with 10,000 lines, its first measured value. Also reported: the full inspect stage (decode + rewrite + decide + encode)
+ * for a realistic ContainerCreate body as the docker CLI sends it, and the process's
+ * CPU time per decision (user + system over the timed loop: on a shared machine the
+ * wall-clock median also counts time spent waiting for a core).
  *
- * Runs inside `npm run bench`, or alone: `node dist/bench/policy.js`.
+ * Runs inside `npm run bench`, alone with `BENCH_ONLY=policy npm run bench`, or as
+ * `node dist/bench/policy.js` (BENCH_POLICY_SIZES=10,1000,10000 and
+ * BENCH_POLICY_DECISIONS=20000 by default).
  */
 import fs from 'node:fs'
 import os from 'node:os'
@@ -23,6 +27,8 @@ export interface PolicySize {
   readonly decisions: number
   readonly decideMedianUs: number
   readonly decideP99Us: number
+  /** Process CPU time (user + system) per decision over the timed loop. */
+  readonly decideCpuUs: number
   readonly inspectMedianUs: number
   readonly inspectP99Us: number
 }
@@ -90,7 +96,9 @@ async function measureSize (total: number, decisions: number): Promise<PolicySiz
     const target = resolveTarget('POST', '/v1.41/containers/create?name=web', { minVersion: '1.24', maxVersion: '1.56' })
     // Warm up (JIT, the principal cache), then measure.
     for (let i = 0; i < 2000; i++) await policy.evaluate(who, request)
+    const cpu0 = process.cpuUsage()
     const decide = await time(decisions, async () => await policy.evaluate(who, request))
+    const cpu = process.cpuUsage(cpu0)
     const inspect = await time(Math.max(1, Math.floor(decisions / 4)), async () => await authorize(policy, who, target, raw))
     const lines = fs.readFileSync(basePath, 'utf8').split('\n').filter((l) => POLICY_LINE.test(l)).length
     return {
@@ -98,6 +106,7 @@ async function measureSize (total: number, decisions: number): Promise<PolicySiz
       decisions,
       decideMedianUs: percentile(decide, 0.5),
       decideP99Us: percentile(decide, 0.99),
+      decideCpuUs: (cpu.user + cpu.system) / decisions,
       inspectMedianUs: percentile(inspect, 0.5),
       inspectP99Us: percentile(inspect, 0.99),
     }
@@ -111,11 +120,11 @@ export async function runPolicyBench (sizes: number[] = [10, 1_000, 10_000], dec
   const out: PolicySize[] = []
   for (const n of sizes) out.push(await measureSize(n, decisions))
   const largest = out[out.length - 1]
-  return { sizes: out, targetUs: 50, pass: largest.decideMedianUs < 50 }
+  return { sizes: out, targetUs: 25, pass: largest.decideMedianUs <= 25 }
 }
 
 export function renderPolicyBench (r: PolicyBench): string {
-  const rows = r.sizes.map((s) => `   ${String(s.lines).padStart(6)} lines  decide median ${s.decideMedianUs.toFixed(1).padStart(6)} µs  p99 ${s.decideP99Us.toFixed(1).padStart(6)} µs   inspect (decode + decide + encode) median ${s.inspectMedianUs.toFixed(1).padStart(6)} µs  p99 ${s.inspectP99Us.toFixed(1).padStart(6)} µs`)
+  const rows = r.sizes.map((s) => `   ${String(s.lines).padStart(6)} lines  decide median ${s.decideMedianUs.toFixed(1).padStart(6)} µs  p99 ${s.decideP99Us.toFixed(1).padStart(6)} µs  CPU ${s.decideCpuUs.toFixed(1).padStart(6)} µs   inspect (decode + decide + encode) median ${s.inspectMedianUs.toFixed(1).padStart(6)} µs  p99 ${s.inspectP99Us.toFixed(1).padStart(6)} µs`)
   return [
     `Policy decisions in-process (tenant ContainerCreate, docker CLI body; ${r.sizes[0]?.decisions ?? 0} decisions per size)`,
     ...rows,
@@ -124,7 +133,8 @@ export function renderPolicyBench (r: PolicyBench): string {
 }
 
 if (require.main === module) {
-  runPolicyBench().then((r) => { process.stdout.write(renderPolicyBench(r)) }, (err: Error) => {
+  const sizes = (process.env.BENCH_POLICY_SIZES ?? '10,1000,10000').split(',').map(Number)
+  runPolicyBench(sizes, Number(process.env.BENCH_POLICY_DECISIONS ?? 20_000)).then((r) => { process.stdout.write(renderPolicyBench(r)) }, (err: Error) => {
     process.stderr.write(`${err.stack ?? err.message}\n`)
     process.exitCode = 1
   })

@@ -43,6 +43,8 @@
  *   BENCH_ATTACHES          concurrent attach sessions held open [100]
  *   BENCH_HOLD_REQUESTS     small requests (GET /_ping, concurrency 8) before and during the hold [1000]
  *   BENCH_POLICY_DECISIONS  decisions per policy size [20000]
+ *   BENCH_ONLY=policy       only section 4 (policy decisions in-process: no engine, gateway or HAProxy;
+ *                           also `node dist/bench/policy.js`, BENCH_POLICY_SIZES=10,1000,10000)
  *   BENCH_FAIRNESS_PINGS    tenant B's pings per block, alone and during tenant A's flood [1000]
  *   BENCH_FAIRNESS_BLOCKS   blocks alone and during each flood [2]
  *   BENCH_ONLY=fairness     only section 7 (one tenant's flood, another's _ping): the engine,
@@ -877,6 +879,12 @@ async function main (): Promise<number> {
   }, settings.totalBudgetMs + 60_000)
   watchdog.unref()
   const problems: string[] = []
+  if (settings.only === 'policy') {
+    // Section 4 alone: in-process, nothing to start.
+    const policy = await runPolicyBench([10, 1_000, 10_000], settings.policyDecisions)
+    process.stdout.write(`4. ${renderPolicyBench(policy)}`)
+    return 0
+  }
 
   await ensureDebianPackages(['haproxy', 'wrk'], say)
   const dir = fs.mkdtempSync('/tmp/pcb-')

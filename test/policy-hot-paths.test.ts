@@ -98,3 +98,62 @@ t.test('body-less decisions are kept per identity, operation, target and query, 
   t.equal(await decided(after, { ...alice, subject: 'bob' }, inspect('abc')), 'allow:tenant-containers', 'and per subject')
   t.equal(await decided(before, alice, inspect('abc')), 'allow:tenant-containers', 'the old policy keeps its own answers')
 })
+
+/** Reads of this process's mount table (through a kept descriptor or as a file) while `f` runs. */
+async function mountTableReads<T> (f: () => Promise<T>): Promise<{ value: T, reads: number }> {
+  const isTable = (target: string): boolean => /^\/proc\/(self|\d+|thread-self)\/mountinfo$/.test(target)
+  const readSync = fs.readSync
+  const readFileSync = fs.readFileSync
+  let reads = 0
+  fs.readSync = ((fd: number, ...rest: unknown[]) => {
+    let target = ''
+    try { target = fs.readlinkSync(`/proc/self/fd/${fd}`) } catch { /* not ours to judge */ }
+    if (isTable(target)) reads++
+    return (readSync as (...a: unknown[]) => number)(fd, ...rest)
+  }) as typeof fs.readSync
+  fs.readFileSync = ((p: fs.PathOrFileDescriptor, ...rest: unknown[]) => {
+    if (typeof p === 'string' && isTable(p)) reads++
+    return (readFileSync as (...a: unknown[]) => unknown)(p, ...rest)
+  }) as typeof fs.readFileSync
+  try {
+    return { value: await f(), reads }
+  } finally {
+    fs.readSync = readSync
+    fs.readFileSync = readFileSync
+  }
+}
+
+t.test('the mount table is read for linkFollowingHostPaths only when something reads that fact, once, and the fact is what it was', async (t) => {
+  const policy = await loadPolicy(path.join(REPO, 'policies'))
+  const alice = { subject: 'alice', tenant: 'team-a', roles: ['tenant'] }
+  const create = (...binds: string[]): EvaluationRequest => ({ op: 'ContainerCreate', kind: 'container', resource: '', query: new URLSearchParams(), body: { Image: 'alpine', HostConfig: { Binds: binds } } })
+  const expected = (paths: string[]): string[] => paths.filter((p) => followsLinks(p))
+
+  // Denied by host-binds (an earlier line): the rule that reads the fact is never reached.
+  const outside = await mountTableReads(async () => await policy.evaluate(alice, create('/tmp:/data')))
+  t.equal(`${outside.value.decision.decision}:${outside.value.decision.rule?.rule}`, 'deny:host-binds')
+  t.equal(outside.reads, 0, 'no rule read linkFollowingHostPaths: the table was not read')
+  const first = await mountTableReads(async () => outside.value.input.linkFollowingHostPaths)
+  t.equal(first.reads, 1, 'read when the fact is read')
+  t.same(first.value, expected(['/tmp']), 'the fact as the table says')
+  const again = await mountTableReads(async () => [outside.value.input.linkFollowingHostPaths, JSON.parse(JSON.stringify(outside.value.input)).linkFollowingHostPaths])
+  t.equal(again.reads, 0, 'kept for the rest of the judgement')
+  t.same(again.value, [first.value, first.value], 'the same value, also when the facts are serialized')
+  t.same(Object.keys(outside.value.input).filter((k) => /ostPaths$/.test(k)), ['hostPaths', 'unresolvedHostPaths', 'linkFollowingHostPaths'], 'an ordinary enumerable fact')
+
+  // An admin's create: no rule of the admin's reads it.
+  const admin = await mountTableReads(async () => await policy.evaluate({ subject: 'root', tenant: null, roles: ['admin'] }, create('/tmp:/data', '/srv/x:/x')))
+  t.equal(admin.value.decision.decision, 'allow')
+  t.equal(admin.reads, 0, 'admin: not read')
+
+  // Inside the tenant's directory: host-binds passes, host-binds-symfollow reads the fact.
+  const inside = await mountTableReads(async () => await policy.evaluate(alice, create('/srv/portcullis/team-a/one:/one', '/srv/portcullis/team-a/two:/two')))
+  t.equal(inside.reads, 1, 'read once for both paths of the judgement')
+  const follows = expected(['/srv/portcullis/team-a/one', '/srv/portcullis/team-a/two'])
+  t.same(inside.value.input.linkFollowingHostPaths, follows)
+  t.equal(`${inside.value.decision.decision}:${inside.value.decision.rule?.rule ?? '-'}`, follows.length ? 'deny:host-binds-symfollow' : 'allow:tenant-containers', 'decided on the table as it is')
+
+  // Written over (as a caller may): the written value is the fact.
+  outside.value.input.linkFollowingHostPaths = ['/elsewhere']
+  t.same(outside.value.input.linkFollowingHostPaths, ['/elsewhere'])
+})

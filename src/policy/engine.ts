@@ -452,11 +452,21 @@ async function principals (set: PolicySet, who: Principal, dom: string): Promise
 function decide (set: PolicySet, subs: readonly string[], dom: string, op: string, kind: string, input: PolicyInput): { ok: boolean, rule: string | null } {
   const bySub = set.index.get(op)
   if (!bySub) return { ok: false, rule: null }
-  const context = { r_obj: input, r_dom: dom, r_op: op, r_kind: kind, r_sub: subs, ...conditionFunctions }
+  // The condition functions from the prototype (a condition looks names up as
+  // `context[name]`): copying them into every decision's context was a dictionary-mode
+  // object per request (issue 21).
+  const context: Record<string, unknown> = Object.create(conditionFunctions)
+  context.r_obj = input
+  context.r_dom = dom
+  context.r_op = op
+  context.r_kind = kind
+  context.r_sub = subs
   let allow: CompiledRule | null = null
   let deny: CompiledRule | null = null
-  for (const sub of [...subs, '*']) {
-    for (const r of bySub.get(sub) ?? []) {
+  for (let i = 0; i <= subs.length; i++) {
+    const rules = bySub.get(i < subs.length ? subs[i] : '*')
+    if (rules === undefined) continue
+    for (const r of rules) {
       if (r.dom !== '*' && r.dom !== dom) continue
       const best = r.eft === 'deny' ? deny : allow
       if (best && best.line < r.line) continue

@@ -351,12 +351,15 @@ function int64 (v: string | undefined): number {
  * The host paths as the policy judges them: in `shared` mode where the runtime's walk
  * will end on this filesystem (resolveHostPath), in `remote` mode as written (cleaned);
  * those whose links could not be followed are also unresolvedHostPaths.
+ *
+ * Returns how to work out linkFollowingHostPaths when a walked path needs the mount
+ * table for it (null when none does and the fact is already set): see buildInput.
  */
-function resolveHostPaths (f: Facts, mode: HostPathMode): void {
+function resolveHostPaths (f: Facts, mode: HostPathMode): (() => string[]) | null {
   const given = [...new Set(f.hostPaths)]
   f.hostPaths = []
-  // The mount table is read once for this judgement's paths, when one resolves.
-  let table: ReturnType<typeof readMountTable> | undefined
+  /** In order: a path that follows links whatever the table says (its walk failed), or one whose mount decides. */
+  const candidates: Array<{ path: string, byTable: boolean }> = []
   for (const p of given) {
     // A relative path is the engine's working directory's (Podman reads `./x` and a
     // relative Mounts source so), which the gateway does not know: as written, it lies
@@ -369,11 +372,18 @@ function resolveHostPaths (f: Facts, mode: HostPathMode): void {
     const real = mode === 'shared' ? resolveHostPath(p) : null
     f.hostPaths.push(real ?? cleanHostPath(p))
     if (real === null) f.unresolvedHostPaths.push(cleanHostPath(p))
-    if (real === null || followsLinksIn(real, table === undefined ? (table = readMountTable()) : table)) f.linkFollowingHostPaths.push(real ?? cleanHostPath(p))
+    candidates.push({ path: real ?? cleanHostPath(p), byTable: real !== null })
   }
   f.hostPaths = [...new Set(f.hostPaths)]
   f.unresolvedHostPaths = [...new Set(f.unresolvedHostPaths)]
-  f.linkFollowingHostPaths = [...new Set(f.linkFollowingHostPaths)]
+  const linkFollowing = (): string[] => {
+    // The mount table is read once for this judgement's paths, when one resolved.
+    const table = candidates.some((c) => c.byTable) ? readMountTable() : null
+    return [...new Set(candidates.filter((c) => !c.byTable || followsLinksIn(c.path, table)).map((c) => c.path))]
+  }
+  if (candidates.some((c) => c.byTable)) return linkFollowing
+  f.linkFollowingHostPaths = linkFollowing()
+  return null
 }
 
 /**
@@ -433,6 +443,26 @@ export function buildInput (op: string, kind: string, resource: string, query: U
         libpodFacts(op, f, b)
       }
   }
-  resolveHostPaths(f, hostPaths)
-  return { op, kind, resource, query: q, body, ...f }
+  const linkFollowing = resolveHostPaths(f, hostPaths)
+  // Added to the facts' own object: spread into a new literal, its 54 keys made V8 build
+  // a dictionary for each request (issue 21).
+  const input: PolicyInput = Object.assign(f, { op, kind, resource, query: q, body })
+  // The mount table behind linkFollowingHostPaths is read when the fact is first read
+  // (by a rule's condition, a denial's reasons, an audit record), once, and never when
+  // no rule that applies to the request asks for it: reading /proc/self/mountinfo
+  // costs the kernel microseconds per mount on the host, and most of a create's
+  // decision time went there (issue 21). No table is kept beyond the judgement.
+  if (linkFollowing !== null) lazyFact(input, 'linkFollowingHostPaths', linkFollowing)
+  return input
+}
+
+/** `key` of `input` as a property worked out on its first read and kept (same place among the keys, still enumerable and writable). */
+function lazyFact<K extends keyof Facts> (input: PolicyInput, key: K, compute: () => Facts[K]): void {
+  let value: { v: Facts[K] } | null = null
+  Object.defineProperty(input, key, {
+    enumerable: true,
+    configurable: true,
+    get: () => (value ??= { v: compute() }).v,
+    set: (v: Facts[K]) => { value = { v } },
+  })
 }

@@ -279,11 +279,14 @@ export function resolveHostPath (p: string): string | null {
       at = next
       continue
     }
-    let stat: fs.Stats
+    let stat: fs.Stats | undefined
     try {
-      stat = fs.lstatSync(next)
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return null
+      // ENOENT as undefined: a thrown error's stack was most of the walk of a missing path.
+      stat = fs.lstatSync(next, { throwIfNoEntry: false })
+    } catch {
+      return null
+    }
+    if (stat === undefined) {
       // Created by the engine, empty: nothing below it can be a link yet.
       missing = next
       at = next
