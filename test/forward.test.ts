@@ -89,6 +89,26 @@ t.test('a small answer: read whole, `answering` then `finished` before anything 
   t.ok(done.ctx.upstreamMs !== undefined && done.ctx.upstreamMs > 0)
 })
 
+t.test('an answer of no declared length to an ordinary request: passed on as it comes, byte for byte, `finished` before its end', async (t) => {
+  const h = await harness(t, up)
+  const name = uniqueName('pcx-forward-chunked')
+  // Labels large enough that the engine's inspect answer is chunked (Go's server declares
+  // a length only for answers that fit its first buffer).
+  const labels = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`pcx.label.${i}`, 'x'.repeat(500)]))
+  t.equal((await request(eng.socket, 'POST', `/containers/create?name=${name}`, { Image: eng.image, Cmd: ['true'], Labels: labels })).status, 201)
+  t.teardown(async () => { await request(eng.socket, 'DELETE', `/containers/${name}?force=1`) })
+  const path = `/v1.41/containers/${name}/json`
+  const [done, reply] = await Promise.all([h.next({}), send(h.port, 'GET', path)])
+  const direct = await request(eng.socket, 'GET', path)
+  t.equal(reply.status, 200)
+  t.equal(reply.headers?.['content-length'], undefined, 'the engine declared no length')
+  t.ok(reply.body.length > 20_000, `a large answer (${reply.body.length} bytes)`)
+  t.equal(reply.body.toString(), direct.text, 'the engine\'s own bytes')
+  t.same(done.events.map((e) => e.event), ['answering', 'finished'])
+  t.equal(done.events[1].ended, false, 'finished comes before the answer ends')
+  t.equal(done.ctx.bytesOut, reply.body.length)
+})
+
 t.test('`finished` throwing: the client gets nothing of the answer', async (t) => {
   const h = await harness(t, up)
   const boom = new Error('audit down')

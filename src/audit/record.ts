@@ -450,8 +450,12 @@ export function buildRecord (input: AuditInput, level: AuditLevel, options: Buil
  * (JsonNumber), everything else is JSON.stringify.
  */
 export function recordJson (record: AuditRecord | ChainRecord): string {
+  const r = record as AuditRecord & Partial<Pick<StoredRecord, 'seq' | 'prev' | 'hash'>>
+  // A record as buildRecord makes it (every request's): written as it is, without the
+  // copy below (which cost as much as the JSON.stringify itself).
+  if (r.body === undefined && !('body' in r) && !('seq' in r) && !('prev' in r) && !('hash' in r)) return JSON.stringify(r)
   // A stored record handed back gets its place in the chain anew, not twice.
-  const { body, seq: _seq, prev: _prev, hash: _hash, ...rest } = record as AuditRecord & Partial<Pick<StoredRecord, 'seq' | 'prev' | 'hash'>>
+  const { body, seq: _seq, prev: _prev, hash: _hash, ...rest } = r
   const text = JSON.stringify(rest)
   if (body === undefined) return text
   let encoded: string

@@ -17,6 +17,7 @@ import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream
 import type { AnswerEvents, BodyFilter, LocalAnswer, ResponseFilter } from './exchange'
 import { decodeJson, encodeBody } from '../api/body/decode'
 import { narrowList } from './json-list'
+import { dispatchAnswer, type DispatchedAnswer } from './dispatch'
 
 type Dispatcher = Upstream['pool'] | ReturnType<Upstream['own']>
 
@@ -60,15 +61,14 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
   }
 
   const sent = performance.now()
-  let answer
+  let answer: UpstreamAnswer
   try {
-    answer = await dispatcher.request({
-      method: req.method as 'GET',
-      path: ctx.upstreamUrl ?? target.rawUrl,
-      headers: upstreamRequestHeaders(req, ctx, upstream),
-      body,
-      signal: abort,
-    })
+    const opts = { method: req.method as 'GET', path: ctx.upstreamUrl ?? target.rawUrl, headers: upstreamRequestHeaders(req, ctx, upstream) }
+    // What the small-answer path below reads whole (no stream, no answer filter, a body
+    // the gateway holds) goes through the dispatcher's handler interface (dispatch.ts).
+    answer = !target.operation.streams && !ctx.respond && req.method !== 'HEAD' && !(body instanceof Readable)
+      ? await dispatchAnswer(dispatcher, { ...opts, body }, abort, SMALL_ANSWER)
+      : await dispatcher.request({ ...opts, body, signal: abort })
   } catch (err) {
     // A body filter's refusal is the answer, whatever the engine made of the cut upload.
     if (refused?.error !== undefined) throw refused.error
@@ -84,7 +84,7 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
 
   if (ctx.respond && answer.statusCode >= 200 && answer.statusCode < 300 && req.method !== 'HEAD') {
     try {
-      await respondFiltered(ctx, ctx.respond, answer, res, abort, finish)
+      await respondFiltered(ctx, ctx.respond, answer as Answer, res, abort, finish)
     } finally {
       ctx.upstreamMs = performance.now() - sent
       res.off('close', onClientGone)
@@ -117,12 +117,14 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
     res.end(whole)
     return
   }
+  // Not small: read as it comes (an answer read whole came by the path above).
+  const stream = answer.body!
   // An answer without a body is complete with its head: record it before the head.
   if (req.method === 'HEAD' || answer.statusCode === 204 || answer.statusCode === 304 || length === 0) {
     try {
       await finish()
     } catch (err) {
-      answer.body.destroy()
+      stream.destroy()
       throw err
     }
   }
@@ -136,9 +138,9 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
     if (length === undefined) {
       // A chunked or close-delimited answer is complete only with its end: recorded
       // once the engine's end is in, before the end is passed on; cut if it cannot be.
-      await relay(answer.body, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish })
+      await relay(stream, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish })
     } else {
-      await relay(answer.body, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish, length })
+      await relay(stream, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish, length })
     }
   } catch (err) {
     if (!abort.aborted) {
@@ -200,9 +202,13 @@ const SMALL_ANSWER = 256 * 1024
 
 type Answer = Awaited<ReturnType<Upstream['pool']['request']>>
 
+/** The engine's answer, from undici's request() or from dispatchAnswer (already whole when small). */
+type UpstreamAnswer = Answer | DispatchedAnswer
+
 /** A small answer of declared length, read whole (and checked to be whole). */
-async function readWhole (ctx: RequestContext, answer: Answer, length: number): Promise<Buffer> {
-  const body = length === 0 ? EMPTY : Buffer.from(await answer.body.arrayBuffer())
+async function readWhole (ctx: RequestContext, answer: UpstreamAnswer, length: number): Promise<Buffer> {
+  const whole = 'whole' in answer ? answer.whole : undefined
+  const body = whole ?? (length === 0 ? EMPTY : Buffer.from(await (answer as Answer).body.arrayBuffer()))
   if (body.length !== length) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} ended after ${body.length} of ${length} bytes`)
   return body
 }

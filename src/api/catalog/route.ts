@@ -43,6 +43,37 @@ for (const c of compiled) {
   table.set(c.op.method, [...(table.get(c.op.method) ?? []), c])
 }
 
+/**
+ * The routes of a method that can match a path whose first segment is a given literal
+ * (case-sensitive): those whose first segment is that literal or a parameter, in the
+ * table's order. Routing a request looks at these few instead of all of the method's.
+ * Only the known literals have a list (a client's path cannot grow it); any other
+ * first segment gets the parameter-first routes.
+ */
+interface Indexed { readonly byFirst: ReadonlyMap<string, Compiled[]>, readonly paramFirst: Compiled[] }
+function indexRoutes (routes: Routes): Map<string, Indexed> {
+  const out = new Map<string, Indexed>()
+  for (const [method, list] of routes) {
+    const firstOf = (c: Compiled): string | null => { const s = c.segments[0]; return s !== undefined && 'literal' in s ? s.literal : null }
+    const paramFirst = list.filter((c) => firstOf(c) === null)
+    const byFirst = new Map<string, Compiled[]>()
+    for (const c of list) {
+      const first = firstOf(c)
+      if (first !== null && !byFirst.has(first)) byFirst.set(first, list.filter((o) => firstOf(o) === first || firstOf(o) === null))
+    }
+    out.set(method, { byFirst, paramFirst })
+  }
+  return out
+}
+const indexed = new Map<Routes, Map<string, Indexed>>([[byMethod, indexRoutes(byMethod)], [libpodByMethod, indexRoutes(libpodByMethod)]])
+
+/** The routes of `method` that can match `segs` exactly (not letter case folded). */
+function candidates (routes: Routes, method: string, segs: string[]): Compiled[] {
+  const ix = indexed.get(routes)?.get(method)
+  if (ix === undefined) return routes.get(method) ?? []
+  return ix.byFirst.get(segs[0]) ?? ix.paramFirst
+}
+
 const VERSION = /^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/
 
 export function compareVersions (a: string, b: string): number {
@@ -63,6 +94,11 @@ function decodeSegments (rawPath: string): string[] {
   const raw = rawPath.slice(1).split('/')
   return raw.map((seg) => {
     if (seg === '') throw new GatewayError('PATH_AMBIGUOUS', 'path contains an empty segment (`//` or a trailing `/`)')
+    // Without an escape the segment is its own decoding, and holds no `/`, `\` or NUL (tested above).
+    if (!seg.includes('%')) {
+      if (seg === '.' || seg === '..') throw new GatewayError('PATH_AMBIGUOUS', 'path contains a `.` or `..` segment')
+      return seg
+    }
     let decoded: string
     try {
       decoded = decodeURIComponent(seg)
@@ -98,7 +134,7 @@ function match (c: Compiled, segs: string[], fold: boolean): Record<string, stri
 
 function best (routes: Routes, method: string, segs: string[], fold: boolean): { c: Compiled, params: Record<string, string> } | null {
   let found: { c: Compiled, params: Record<string, string> } | null = null
-  for (const c of routes.get(method) ?? []) {
+  for (const c of fold ? routes.get(method) ?? [] : candidates(routes, method, segs)) {
     const params = match(c, segs, fold)
     // Literal routes win over parameterised ones (`/images/json` is ImageList, not an image named "json").
     if (params && (!found || c.literals > found.c.literals)) found = { c, params }
