@@ -454,6 +454,10 @@ const containerCreate: Handler = async (call) => {
     transform: async (b) => {
       const id = str(b?.Id)
       if (/^[0-9a-f]{64}$/.test(id)) {
+        // [CRE] Its owner is known from this answer: the owner label the gateway stamped on
+        // it, which no update changes (ids are never reused; its destroy event evicts it).
+        // The start and remove that follow need no inspect to check it.
+        call.r.cache.set(id, call.tenant)
         call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
         // Counted by its id from now on: its reservation would count it twice.
         if (call.r.cache.containersOf(call.tenant)?.has(id) === true) admitted()
