@@ -456,8 +456,14 @@ const containerCreate: Handler = async (call) => {
       if (/^[0-9a-f]{64}$/.test(id)) {
         // [CRE] Its owner is known from this answer: the owner label the gateway stamped on
         // it, which no update changes (ids are never reused; its destroy event evicts it).
-        // The start and remove that follow need no inspect to check it.
+        // The start and remove that follow need no inspect to check it, nor the next
+        // create's quota to read its limits.
         call.r.cache.set(id, call.tenant)
+        // Its limits for the quota, as sent (dockerd stores them as given; an update evicts them).
+        if (call.r.cache.engine === 'docker') {
+          const sent = bodyAt(call, 'HostConfig')
+          call.r.cache.setLimits(id, { memory: memoryOf(sent), nanoCpus: cpuOf(sent) })
+        }
         call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
         // Counted by its id from now on: its reservation would count it twice.
         if (call.r.cache.containersOf(call.tenant)?.has(id) === true) admitted()
