@@ -10,6 +10,9 @@
  * - That kept owner is another tenant's "no such container", by full id and by id
  *   prefix, for an inspect, a start, a remove and a create that links to it; names and prefixes are still resolved afresh over all containers:
  *   a name a tenant released and another took just before a create is the other's.
+ * - The limits kept from a create's answer are the ones the engine counts: a /dev/shm
+ *   size past the default counts, one left out is the daemon's default (learned from the
+ *   engine); a memory quota refuses the create past it, and admits it once one is removed.
  * - The image VOLUMEs a create's anonymous volumes come from are kept by image id (a
  *   config's digest), never by the name: a tag moved to another image between two creates
  *   gives the second create the new image's volumes.
@@ -21,15 +24,18 @@ import os from 'node:os'
 import path from 'node:path'
 import jwt from 'jsonwebtoken'
 import t from 'tap'
-import { engine, request, startTestGateway, type RawReply, type TestGateway } from './helpers/gateway'
+import { engine, policiesWith, request, startTestGateway, type RawReply, type TestGateway } from './helpers/gateway'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
 const TA = `ccache-a-${RUN}`
 const TB = `ccache-b-${RUN}`
+/** A memory quota of 200 MiB. */
+const TC = `ccache-c-${RUN}`
+const policyDir = policiesWith((text) => text.replace(/^ {2}tenants: \{\}$/m, `  tenants:\n    ${TC}: { containers: 20, memory: 200MiB }`))
 const IMAGE = engine().image
 const token = (tenant: string): string => jwt.sign({ sub: `dev-${tenant}`, tenant, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
-const TOKEN = { a: token(TA), b: token(TB) }
+const TOKEN = { a: token(TA), b: token(TB), c: token(TC) }
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'pccc-'))
 
 /** A relay in front of the engine's socket that counts the HTTP request lines sent to it. */
@@ -49,13 +55,13 @@ const relay = net.createServer((client) => {
 })
 
 let gw: TestGateway
-const as = async (who: 'a' | 'b', method: string, target: string, body?: object): Promise<RawReply> => await request(gw.socket, method, target, body, { token: TOKEN[who] })
+const as = async (who: 'a' | 'b' | 'c', method: string, target: string, body?: object): Promise<RawReply> => await request(gw.socket, method, target, body, { token: TOKEN[who] })
 const direct = async (method: string, target: string, body?: object): Promise<RawReply> => await request(engine().socket, method, target, body)
 const made: string[] = []
 const images: string[] = []
 // The shipped quota (a memory quota): every create names a memory limit.
 const spec = (extra: object = {}, hc: object = {}): object => ({ Image: IMAGE, Cmd: ['true'], ...extra, HostConfig: { Memory: 64 * 1024 * 1024, NetworkMode: 'none', ...hc } })
-async function create (who: 'a' | 'b', body: object, name?: string): Promise<RawReply> {
+async function create (who: 'a' | 'b' | 'c', body: object, name?: string): Promise<RawReply> {
   const r = await as(who, 'POST', `/v1.41/containers/create${name ? `?name=${name}` : ''}`, body)
   if (r.status === 201) made.push(r.json.Id)
   return r
@@ -63,12 +69,12 @@ async function create (who: 'a' | 'b', body: object, name?: string): Promise<Raw
 
 t.before(async () => {
   await new Promise<void>((resolve) => relay.listen(relaySocket, resolve))
-  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${relaySocket}`)
+  gw = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, `unix://${relaySocket}`, policyDir)
 })
 t.teardown(async () => {
   for (const id of made) await direct('DELETE', `/containers/${id}?force=1&v=1`)
   for (const i of images) await direct('DELETE', `/images/${encodeURIComponent(i)}?force=1`)
-  for (const tenant of [TA, TB]) {
+  for (const tenant of [TA, TB, TC]) {
     const filters = encodeURIComponent(JSON.stringify({ label: [`io.portcullis.tenant=${tenant}`] }))
     for (const v of (await direct('GET', `/volumes?filters=${filters}`)).json?.Volumes ?? []) await direct('DELETE', `/volumes/${v.Name as string}`)
   }
@@ -159,4 +165,27 @@ t.test('an image\'s VOLUMEs are kept by its id: a tag moved between two creates'
     const vol = ((await direct('GET', `/containers/${c.json.Id as string}/json`)).json.Mounts ?? [])[0]?.Name
     t.equal((await direct('GET', `/volumes/${vol as string}`)).json?.Labels?.['io.portcullis.tenant'], TA, 'an owned volume')
   }
+})
+
+t.test('the limits kept from a create\'s answer count as the engine stored them', async (t) => {
+  const MiB = 1024 * 1024
+  const c = async (memory: number, shm?: number): Promise<RawReply> => await create('c', spec({}, { Memory: memory * MiB, ...(shm !== undefined ? { ShmSize: shm * MiB } : {}) }))
+  // 64 (the default /dev/shm is not counted), then 64 + (128 - 64): 192 of 200 MiB.
+  const first = await c(64)
+  t.equal(first.status, 201, first.text)
+  const second = await c(64, 128)
+  t.equal(second.status, 201, second.text)
+  const stored = (await direct('GET', `/containers/${second.json.Id as string}/json`)).json.HostConfig
+  t.equal(stored.ShmSize, 128 * MiB, 'the engine stored the /dev/shm size')
+  const over = await c(16)
+  t.equal(over.status, 403, `16 MiB more is past the quota: ${over.text}`)
+  t.match(over.json?.message, /memory limits .* > 0\.2 GiB .*rule quota-memory/)
+  // Again, with the daemon's default /dev/shm learned from the first container.
+  t.equal((await c(16)).status, 403, 'still past it')
+  t.equal((await as('c', 'DELETE', `/v1.41/containers/${second.json.Id as string}`)).status, 204)
+  const fits = await c(16)
+  t.equal(fits.status, 201, `once the 128 MiB one is gone, 16 MiB fit: ${fits.text}`)
+  const three = await c(64)
+  t.equal(three.status, 201, `and 64 MiB more (144 of 200): ${three.text}`)
+  t.equal((await c(64)).status, 403, 'but not 64 MiB more again (208 of 200)')
 })

@@ -101,7 +101,7 @@ export class OwnerCache {
   /** A container's memory and CPU limits, for quotas; changed only by an update, which evicts it. */
   limits (id: string): Limits | undefined { return this.live ? this.limitsOf.get(id) : undefined }
   setLimits (id: string, limits: Limits): void { if (this.live && this.limitsOf.size < 100_000) this.limitsOf.set(id, limits) }
-  evict (id: string): void { this.owners.delete(id); this.parents.delete(id); this.limitsOf.delete(id) }
+  evict (id: string): void { this.owners.delete(id); this.parents.delete(id); this.limitsOf.delete(id); this.shmUnknownIds.delete(id) }
 
   // An image's VOLUME declarations by its id, for a create's anonymous volumes (anonymous.ts):
   // an image id is the digest of its config, which holds them, so they never change and
@@ -115,7 +115,24 @@ export class OwnerCache {
     this.imageVolumesOf.set(id, volumes)
   }
 
+  /**
+   * The daemon's default /dev/shm size (default-shm-size), which it gives a container
+   * created without one: learned from the first inspect of such a container the gateway
+   * created (shmUnknown), for the limits kept from a create's answer (operations.ts);
+   * forgotten with everything else, and on any daemon event (a reload).
+   */
+  shmDefault: number | undefined
+  private readonly shmUnknownIds = new Set<string>()
+  shmUnknown (id: string): void { if (this.live && this.shmUnknownIds.size < 1000) this.shmUnknownIds.add(id) }
+  /** A container's stored ShmSize, read from an inspect: the default when it was created without one. */
+  learnShm (id: string, shmSize: unknown): void {
+    if (!this.shmUnknownIds.delete(id)) return
+    if (this.live && typeof shmSize === 'number' && shmSize > 0) this.shmDefault = shmSize
+  }
+
   clear (): void {
+    this.shmDefault = undefined
+    this.shmUnknownIds.clear()
     this.owners.clear(); this.parents.clear(); this.limitsOf.clear()
     this.tenantContainers.clear()
     this.userns = undefined
@@ -243,6 +260,7 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
           const id = ev.Actor?.ID
           if (typeof id !== 'string' || id === '') continue
           if (EVICTING.has(action)) cache.evict(id)
+          if (ev.Type === 'daemon') cache.shmDefault = undefined
           // Podman reports a container's removal as `remove`, where dockerd says `destroy`.
           const containerAction = action === 'remove' ? 'destroy' : action
           if (ev.Type === 'container' && (containerAction === 'create' || containerAction === 'destroy')) {
