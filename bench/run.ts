@@ -53,6 +53,8 @@
  *                           second gateway (inspector on: heap after GC), memory before, held and
  *                           after close, _ping while held [3000]
  *   BENCH_ONLY=held         only section 8 (the engine and that gateway, no HAProxy)
+ *   BENCH_ONLY=creates      only section 2's create rows (create-start-remove cycle, ContainerCreate),
+ *                           after BENCH_LIST_CONTAINERS containers of the tenant, and their targets
  *   BENCH_BUDGET_MINUTES    the whole run stops, cleans up and fails past this [15]
  * e.g. a quick check: BENCH_REQUESTS=300 BENCH_VERSION_REQUESTS=60 BENCH_WRK_SECONDS=1
  *   BENCH_WRK_BLOCKS=1 BENCH_LIST_CONTAINERS=20 BENCH_LIST_REQUESTS=20 BENCH_CYCLES=4
@@ -366,7 +368,7 @@ async function engineBound (ctx: Context): Promise<{ group: Group, stats: Record
   }
 
   // Listing: every container on the engine is the tenant's, so all three sides list the same set.
-  {
+  if (settings.only !== 'creates') {
     const p = `${API}/containers/json?all=1`
     const name = 'GET /containers/json?all=1 c1'
     say(`engine-bound: ${name}`)
@@ -383,7 +385,7 @@ async function engineBound (ctx: Context): Promise<{ group: Group, stats: Record
   // made on the engine directly with the owner labels of BENCH_LIST_TENANTS tenants, one of
   // them the bench tenant. The tenant's plain list through Portcullis is compared with the
   // same answer asked of the engine and HAProxy, i.e. with the owner-label filter in the query.
-  if (settings.listMany > 0) {
+  if (settings.listMany > 0 && settings.only !== 'creates') {
     const tenants = Math.max(1, settings.listTenants)
     const tag = randomBytes(3).toString('hex')
     say(`engine-bound: ${settings.listMany} containers across ${tenants} tenants (create only, directly on the engine)`)
@@ -851,6 +853,28 @@ async function heldSessions (dir: string, engineSocket: string, image: string, g
   }
 }
 
+/** BENCH_ONLY=creates: the tenant's BENCH_LIST_CONTAINERS containers (as in the full run), then section 2's create rows and their targets. */
+async function createsOnly (ctx: Context, began: number): Promise<number> {
+  say(`setup: ${settings.listContainers} containers of tenant ${settings.tenant} (through the gateway)`)
+  const tag = randomBytes(3).toString('hex')
+  await parallel(Array.from({ length: settings.listContainers }, (_x, i) => i), 4, async (i) => await createContainer(ctx.tenant, ctx.image, `pcb-list-${tag}-${i}`, ['true']))
+  const bound = await engineBound(ctx)
+  const group = { ...bound.group, title: `${bound.group.title}, BENCH_ONLY=creates` }
+  const rows = group.rows.filter((x) => x.unit.endsWith('/s'))
+  const targets: Target[] = rows.map((row) => {
+    const p = ratio(row, 'portcullis')
+    const h = ratio(row, 'haproxy')
+    return { target: `${row.name} ${row.unit}: ratio >= HAProxy's`, measured: `${fmt(p, 2)}x (haproxy ${fmt(h, 2)}x)`, met: p === null || h === null ? null : p >= h }
+  })
+  fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
+  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, engineBound: bound.stats, targets, problems: ctx.problems }, null, 2) + '\n')
+  const out = ['', renderGroup(group), renderTargets(targets)]
+  if (ctx.problems.length) out.push('PROBLEMS (broken measurements):', ...ctx.problems.map((p) => `  - ${p}`))
+  out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
+  process.stdout.write(out.join('\n'))
+  return ctx.problems.length ? 1 : 0
+}
+
 /** BENCH_ONLY=held: section 8 alone. */
 async function heldOnly (dir: string, engineSocket: string, image: string, gwOptions: { policyDir: string, jwtSecret: string }, began: number, problems: string[]): Promise<number> {
   const held = await heldSessions(dir, engineSocket, image, gwOptions, problems)
@@ -931,7 +955,7 @@ async function main (): Promise<number> {
   }
   if (settings.only === 'fairness') return await fairnessOnly(fairnessOptions, endpoint(gw.tokenSocket, 4, bearer), engine.image, began, problems)
   if (settings.only === 'held') return await heldOnly(dir, engine.socket, engine.image, { policyDir, jwtSecret: secret }, began, problems)
-  if (settings.only !== '') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness" and "held" can run alone`)
+  if (settings.only !== '' && settings.only !== 'creates') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness", "held" and "creates" can run alone`)
 
   const peerDir = path.join(dir, 'haproxy')
   fs.mkdirSync(peerDir)
@@ -957,6 +981,8 @@ async function main (): Promise<number> {
   for (const s of [...sides, admin]) if (s.ep !== direct) cleanup.add(`close the ${s.name} pool`, () => s.ep.pool.destroy())
   const tenant = sides[2].ep
   const ctx: Context = { sides, admin, pids: { engine: engine.pid, gateway: gw.pid, haproxy: peer.pid }, deadline, problems, image: engine.image, tenant, direct }
+
+  if (settings.only === 'creates') return await createsOnly(ctx, began)
 
   // Setup, not measured: every container is created by the tenant through the gateway.
   const tag = randomBytes(3).toString('hex')

@@ -86,9 +86,15 @@ export async function anonymousVolumes (call: Call, imageId: string | undefined)
   }
   const specs = Object.keys(call.body?.Volumes ?? {})
   if (imageId !== undefined) {
-    const r = await call.r.get(`/images/${encodeURIComponent(imageId)}/json`)
-    if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `cannot read the VOLUME declarations of image ${imageId} for ${call.op.id}: the engine answered ${r.status}`)
-    specs.push(...Object.keys(r.body?.Config?.Volumes ?? {}))
+    // Known by the image's id from the inspect that resolved it (lookup.ts): the same config.
+    const known = call.r.cache.imageVolumes(imageId)
+    if (known !== undefined) {
+      specs.push(...known)
+    } else {
+      const r = await call.r.get(`/images/${encodeURIComponent(imageId)}/json`)
+      if (r.status !== 200) throw new GatewayError('UPSTREAM_FAILED', `cannot read the VOLUME declarations of image ${imageId} for ${call.op.id}: the engine answered ${r.status}`)
+      specs.push(...Object.keys(r.body?.Config?.Volumes ?? {}))
+    }
   }
   for (const spec of specs) {
     const dest = clean(spec)

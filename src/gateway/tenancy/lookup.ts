@@ -6,7 +6,9 @@
  * even if a name changes hands in between.
  *
  * Only full ids are cached (an id is never reused; owner labels are fixed at create,
- * and the gateway restamps them on every update). Entries are dropped when the
+ * and the gateway restamps them on every update); a container a tenant creates through
+ * the gateway is cached from the create's answer, with the owner label the gateway
+ * stamped on it (operations.ts containerCreate). Entries are dropped when the
  * engine's event stream reports the object destroyed or updated; while that stream
  * is down nothing is cached. Names and prefixes are always resolved afresh.
  */
@@ -99,8 +101,38 @@ export class OwnerCache {
   /** A container's memory and CPU limits, for quotas; changed only by an update, which evicts it. */
   limits (id: string): Limits | undefined { return this.live ? this.limitsOf.get(id) : undefined }
   setLimits (id: string, limits: Limits): void { if (this.live && this.limitsOf.size < 100_000) this.limitsOf.set(id, limits) }
-  evict (id: string): void { this.owners.delete(id); this.parents.delete(id); this.limitsOf.delete(id) }
+  evict (id: string): void { this.owners.delete(id); this.parents.delete(id); this.limitsOf.delete(id); this.shmUnknownIds.delete(id) }
+
+  // An image's VOLUME declarations by its id, for a create's anonymous volumes (anonymous.ts):
+  // an image id is the digest of its config, which holds them, so they never change and
+  // need no event (nor a live stream) to stay true. Read from the inspect that resolved the
+  // create's image, so that the create does not inspect the same image twice.
+  private readonly imageVolumesOf = new Map<string, readonly string[]>()
+  imageVolumes (id: string): readonly string[] | undefined { return this.imageVolumesOf.get(id) }
+  setImageVolumes (id: string, volumes: readonly string[]): void {
+    if (!/^sha256:[0-9a-f]{64}$/.test(id)) return
+    if (this.imageVolumesOf.size >= 10_000) this.imageVolumesOf.clear()
+    this.imageVolumesOf.set(id, volumes)
+  }
+
+  /**
+   * The daemon's default /dev/shm size (default-shm-size), which it gives a container
+   * created without one: learned from the first inspect of such a container the gateway
+   * created (shmUnknown), for the limits kept from a create's answer (operations.ts);
+   * forgotten with everything else, and on any daemon event (a reload).
+   */
+  shmDefault: number | undefined
+  private readonly shmUnknownIds = new Set<string>()
+  shmUnknown (id: string): void { if (this.live && this.shmUnknownIds.size < 1000) this.shmUnknownIds.add(id) }
+  /** A container's stored ShmSize, read from an inspect: the default when it was created without one. */
+  learnShm (id: string, shmSize: unknown): void {
+    if (!this.shmUnknownIds.delete(id)) return
+    if (this.live && typeof shmSize === 'number' && shmSize > 0) this.shmDefault = shmSize
+  }
+
   clear (): void {
+    this.shmDefault = undefined
+    this.shmUnknownIds.clear()
     this.owners.clear(); this.parents.clear(); this.limitsOf.clear()
     this.tenantContainers.clear()
     this.userns = undefined
@@ -228,6 +260,7 @@ export function watchEvents (upstream: Upstream, cache: OwnerCache, log: Logger,
           const id = ev.Actor?.ID
           if (typeof id !== 'string' || id === '') continue
           if (EVICTING.has(action)) cache.evict(id)
+          if (ev.Type === 'daemon') cache.shmDefault = undefined
           // Podman reports a container's removal as `remove`, where dockerd says `destroy`.
           const containerAction = action === 'remove' ? 'destroy' : action
           if (ev.Type === 'container' && (containerAction === 'create' || containerAction === 'destroy')) {
@@ -574,6 +607,8 @@ export class Resolver {
     // The engine's own inspect resolved the reference (id, name, digest, id prefix) to nothing.
     if (r.status === 404) return ABSENT
     if (r.status !== 200) return { state: 'missing' }
+    const config = r.body?.Config
+    this.cache.setImageVolumes(String(r.body?.Id), Object.keys(config?.Volumes !== null && typeof config?.Volumes === 'object' ? config.Volumes : {}))
     const owner = ownerOf(r.body?.Config?.Labels)
     if (owner === tenant) return { state: 'own', id: String(r.body?.Id) }
     if (owner === null && catalogued(r.body)) return { state: 'shared', id: String(r.body?.Id), names: [r.body?.RepoTags, r.body?.RepoDigests].flatMap((xs) => Array.isArray(xs) ? xs : []).filter((n): n is string => typeof n === 'string') }

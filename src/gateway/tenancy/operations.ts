@@ -447,6 +447,17 @@ const containerCreate: Handler = async (call) => {
   // The HostConfig as it will be forwarded: under per-tenant names its volume names are
   // the engine's (qualified) ones, as newVolumes are; `hc` still holds the client's.
   const ownVolumes = await freshVolumeOwner(call, bodyAt(call, 'HostConfig'), newVolumes)
+  // [CRE] Its limits for the quota as sent, which dockerd stores as given, but for a
+  // /dev/shm size left out: that is the daemon's default-shm-size (lookup.ts shmDefault).
+  const sentHc = bodyAt(call, 'HostConfig')
+  const counted = { Memory: sentHc?.Memory, Tmpfs: sentHc?.Tmpfs, Mounts: sentHc?.Mounts }
+  const sentLimits = await call.r.engine() === 'docker'
+    ? {
+        memory: (shm: number) => memoryOf({ ...counted, ShmSize: shm }),
+        nanoCpus: cpuOf(sentHc),
+        shm: num(sentHc?.ShmSize) > 0 ? num(sentHc.ShmSize) : num(sentHc?.Memory) > 0 ? undefined : 0,
+      }
+    : undefined
   // The created container counts from its answer on, whether or not the engine's create
   // event has reached the gateway yet (the reservation ends once the answer is out).
   call.respond = {
@@ -454,6 +465,16 @@ const containerCreate: Handler = async (call) => {
     transform: async (b) => {
       const id = str(b?.Id)
       if (/^[0-9a-f]{64}$/.test(id)) {
+        // [CRE] Its owner is known from this answer: the owner label the gateway stamped on
+        // it, which no update changes (ids are never reused; its destroy event evicts it).
+        // The start and remove that follow need no inspect to check it, nor the next
+        // create's quota to read its limits.
+        call.r.cache.set(id, call.tenant)
+        if (sentLimits !== undefined) {
+          const shm = sentLimits.shm ?? call.r.cache.shmDefault
+          if (shm !== undefined) call.r.cache.setLimits(id, { memory: sentLimits.memory(shm), nanoCpus: sentLimits.nanoCpus })
+          else call.r.cache.shmUnknown(id)
+        }
         call.r.cache.containerEvent('create', id, { [TENANT_LABEL]: call.tenant })
         // Counted by its id from now on: its reservation would count it twice.
         if (call.r.cache.containersOf(call.tenant)?.has(id) === true) admitted()

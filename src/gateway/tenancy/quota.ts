@@ -93,6 +93,7 @@ export async function usage (call: Call, except?: { container?: string, service?
     const hc = (await call.r.get(`/containers/${id}/json`)).body?.HostConfig
     // Gone since it was listed (its destroy event is on its way): not counted.
     if (!hc) return null
+    cache.learnShm(id, hc.ShmSize)
     const l = { memory: memoryOf(hc), nanoCpus: cpuOf(hc) }
     cache.setLimits(id, l)
     return l
