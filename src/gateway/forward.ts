@@ -11,7 +11,7 @@ import { pipeline } from 'node:stream/promises'
 import { Readable } from 'node:stream'
 import { hasBody, jsonLines } from './body'
 import type { RequestContext } from './context'
-import { counter, declaredLength, finishOnce } from './streams'
+import { counter, declaredLength, finishOnce, relayBody } from './streams'
 import { GatewayError } from '../api/errors'
 import { endToEnd, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
@@ -134,13 +134,10 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
   // not when Node's buffers fill up.
   if (target.operation.streams) res.flushHeaders()
   try {
-    if (length === undefined) {
-      // A chunked or close-delimited answer is complete only with its end: recorded
-      // once the engine's end is in, before the end is passed on; cut if it cannot be.
-      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish), res)
-    } else {
-      await pipeline(answer.body, counter((n) => { ctx.bytesOut += n }, finish, length), res)
-    }
+    // A chunked or close-delimited answer is complete only with its end: recorded once
+    // the engine's end is in, before the end is passed on; cut if it cannot be. (One of
+    // declared length is recorded before the chunk that completes it.)
+    await relayBody(answer.body, res, (n) => { ctx.bytesOut += n }, finish, length)
   } catch (err) {
     if (!abort.aborted) {
       ctx.aborted ??= 'upstream-error'
