@@ -56,6 +56,8 @@
  *   BENCH_ONLY=held         only section 8 (the engine and that gateway, no HAProxy)
  *   BENCH_ONLY=creates      only section 2's create rows (create-start-remove cycle, ContainerCreate),
  *                           after BENCH_LIST_CONTAINERS containers of the tenant, and their targets
+ *   BENCH_ONLY=streams      only section 3 (cp out and in, exec raw and with the CLI; the logs stream
+ *                           too when BENCH_LOGS_BYTES is set), its CPU rows and targets
  *   BENCH_BUDGET_MINUTES    the whole run stops, cleans up and fails past this [15]
  * e.g. a quick check: BENCH_REQUESTS=300 BENCH_VERSION_REQUESTS=60 BENCH_WRK_SECONDS=1
  *   BENCH_WRK_BLOCKS=1 BENCH_LIST_CONTAINERS=20 BENCH_LIST_REQUESTS=20 BENCH_CYCLES=4
@@ -548,6 +550,60 @@ async function cliExec (s: Side, containerId: string, bytes: number, timeoutMs: 
   return { bytes: n, payload: n, ms: performance.now() - start }
 }
 
+/** 3. The streams: logs (when `ids.logs` is given), cp out and in, exec with a raw client and with the CLI. */
+async function streamSection (ctx: Context, ids: { logs?: string, big: string, upload: string, exec: string }, cliVersion: string): Promise<StreamResult[]> {
+  const { sides, direct, problems } = ctx
+  const t = settings.streamTimeoutMs
+  const streams: StreamResult[] = []
+  if (ids.logs !== undefined) {
+    const p = `${API}/containers/${ids.logs}/logs?stdout=1`
+    const r = await streamCompare(ctx, `GET logs (${fmt(mb(settings.logsBytes), 0)} MB stdout)`, settings.logsBytes, settings.logsRounds, true,
+      async (s) => await download(s.ep, p, true, t),
+      (_s, x) => x.payload === settings.logsBytes ? undefined : `${x.payload} payload bytes, expected ${settings.logsBytes}`)
+    streams.push(r)
+  }
+  {
+    const p = `${API}/containers/${ids.big}/archive?path=${encodeURIComponent('/tmp/big')}`
+    let expect: number | undefined
+    const r = await streamCompare(ctx, `GET archive, cp out (${fmt(mb(settings.cpBytes), 0)} MB file)`, settings.cpBytes, settings.streamRounds, true,
+      async (s) => await download(s.ep, p, false, t),
+      (_s, x) => { expect ??= x.bytes; return x.bytes === expect && x.bytes >= settings.cpBytes ? undefined : `${x.bytes} bytes (first side: ${expect}) for a ${settings.cpBytes}-byte file` })
+    streams.push(r)
+  }
+  {
+    const names: Array<{ side: SideName, name: string }> = []
+    const r = await streamCompare(ctx, `PUT archive, cp in (${fmt(mb(settings.cpBytes), 0)} MB tar)`, settings.cpBytes, settings.streamRounds, true,
+      async (s) => {
+        const name = `${s.name}-${names.length}.bin`
+        names.push({ side: s.name, name })
+        return await upload(s.ep, ids.upload, '/tmp', name, settings.cpBytes, t)
+      },
+      () => undefined)
+    for (const { name } of names) {
+      const size = await statInContainer(direct, ids.upload, `/tmp/${name}`).catch(() => -1)
+      if (size !== settings.cpBytes) problems.push(`archive PUT: /tmp/${name} is ${size} bytes in the container, expected ${settings.cpBytes}`)
+    }
+    streams.push(r)
+  }
+  {
+    const one = async (s: Side, bytes: number): Promise<Transfer> => {
+      const exec = await call<{ Id: string }>(s.ep, 'POST', `${API}/containers/${ids.exec}/exec`, {
+        AttachStdout: true, AttachStderr: true, Tty: false, Cmd: ['head', '-c', String(bytes), '/dev/zero'],
+      })
+      return await execStart(s.ep, exec.Id, t)
+    }
+    // One small warm-up each (not counted; HAProxy's break shows here already and is reported below).
+    for (const s of sides) await onSide(s, async () => await one(s, 10 * 1000 * 1000)).catch(() => undefined)
+    streams.push(await streamCompare(ctx, `exec start, raw 101 client (${fmt(mb(settings.execBytes), 0)} MB stdout)`, settings.execBytes, settings.streamRounds, false,
+      async (s) => await one(s, settings.execBytes),
+      (_s, x) => x.payload === settings.execBytes ? undefined : `${x.payload} payload bytes, expected ${settings.execBytes}`, ['haproxy']))
+    streams.push(await streamCompare(ctx, `docker exec, CLI ${cliVersion.split(',')[0]} (${fmt(mb(settings.execBytes), 0)} MB stdout)`, settings.execBytes, settings.streamRounds, false,
+      async (s) => await cliExec(s, ids.exec, settings.execBytes, t),
+      () => undefined, ['haproxy']))
+  }
+  return streams
+}
+
 interface HoldResult {
   side: SideName
   opened: { logs: number, attach: number, attachStatus: number[] }
@@ -900,6 +956,41 @@ async function heldOnly (dir: string, engineSocket: string, image: string, gwOpt
   return problems.length ? 1 : 0
 }
 
+// [STR] BENCH_ONLY=streams
+/**
+ * Section 3 alone: cp out and in and the two execs (the logs stream too when
+ * BENCH_LOGS_BYTES is set), with the CPU table's stream rows and the stream targets.
+ */
+async function streamsOnly (ctx: Context, cliVersion: string, began: number): Promise<number> {
+  const tag = randomBytes(3).toString('hex')
+  const { tenant, image } = ctx
+  say(`setup: a ${fmt(mb(settings.cpBytes), 0)} MB file (as tenant ${settings.tenant}, through the gateway)`)
+  const withLogs = (process.env.BENCH_LOGS_BYTES ?? '') !== ''
+  const ids = {
+    logs: withLogs ? await createContainer(tenant, image, `pcb-logs-${tag}`, ['sh', '-c', `L=$(head -c 3072 /dev/urandom | base64 | tr -d '\\n'); yes "$L" | head -c ${settings.logsBytes}`]) : undefined,
+    big: await createContainer(tenant, image, `pcb-big-${tag}`, ['sh', '-c', `head -c ${settings.cpBytes} /dev/zero > /tmp/big`]),
+    upload: await createContainer(tenant, image, `pcb-upload-${tag}`, ['true']),
+    exec: await createContainer(tenant, image, `pcb-exec-${tag}`, ['sleep', '3600']),
+  }
+  await call(tenant, 'POST', `${API}/containers/${ids.exec}/start`)
+  await runToExit(tenant, ids.big, settings.streamTimeoutMs)
+  if (ids.logs !== undefined) {
+    await runToExit(tenant, ids.logs, settings.streamTimeoutMs)
+    await settleLog(tenant, ids.logs)
+  }
+  const streams = await streamSection(ctx, ids, cliVersion)
+  const cpu: CpuRow[] = streams.map((s) => ({ name: s.name, unit: 's/GB', perSide: s.cpu }))
+  const all = targets({ groups: [], cpu: [], streams, roundTrips: [], fairness: [], policy: { sizes: [], targetUs: 25, pass: false } } as unknown as Omit<Report, 'targets' | 'totalSeconds'>)
+  const mine = all.filter((x) => streams.some((s) => x.target.startsWith(s.name)) || x.target.includes('peak resident memory'))
+  fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
+  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, streams, targets: mine, problems: ctx.problems }, null, 2) + '\n')
+  const out = ['', renderGroup(streamGroup(streams)), cpuTable(cpu), renderTargets(mine)]
+  if (ctx.problems.length) out.push('PROBLEMS (broken measurements):', ...ctx.problems.map((p) => `  - ${p}`))
+  out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
+  process.stdout.write(out.join('\n'))
+  return ctx.problems.length ? 1 : 0
+}
+
 function dockerConfigDir (dir: string, headers: Record<string, string>): string {
   fs.mkdirSync(dir, { recursive: true })
   fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(Object.keys(headers).length ? { HttpHeaders: headers } : {}) + '\n')
@@ -967,7 +1058,7 @@ async function main (): Promise<number> {
   }
   if (settings.only === 'fairness') return await fairnessOnly(fairnessOptions, endpoint(gw.tokenSocket, 4, bearer), engine.image, began, problems)
   if (settings.only === 'held') return await heldOnly(dir, engine.socket, engine.image, { policyDir, jwtSecret: secret }, began, problems)
-  if (settings.only !== '' && settings.only !== 'creates') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness", "held" and "creates" can run alone`)
+  if (settings.only !== '' && settings.only !== 'creates' && settings.only !== 'streams') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness", "held", "creates", "streams" and "policy" can run alone`)
 
   const peerDir = path.join(dir, 'haproxy')
   fs.mkdirSync(peerDir)
@@ -993,6 +1084,8 @@ async function main (): Promise<number> {
   for (const s of [...sides, admin]) if (s.ep !== direct) cleanup.add(`close the ${s.name} pool`, () => s.ep.pool.destroy())
   const tenant = sides[2].ep
   const ctx: Context = { sides, admin, pids: { engine: engine.pid, gateway: gw.pid, haproxy: peer.pid }, deadline, problems, image: engine.image, tenant, direct }
+  // [STR] BENCH_ONLY=streams: section 3 alone.
+  if (settings.only === 'streams') return await streamsOnly(ctx, cliVersion, began)
 
   if (settings.only === 'creates') return await createsOnly(ctx, began)
 
@@ -1026,54 +1119,7 @@ async function main (): Promise<number> {
   const bound = await engineBound(ctx)
 
   // 3. Streams
-  const t = settings.streamTimeoutMs
-  const streams: StreamResult[] = []
-  {
-    const p = `${API}/containers/${idLogs}/logs?stdout=1`
-    const r = await streamCompare(ctx, `GET logs (${fmt(mb(settings.logsBytes), 0)} MB stdout)`, settings.logsBytes, settings.logsRounds, true,
-      async (s) => await download(s.ep, p, true, t),
-      (_s, x) => x.payload === settings.logsBytes ? undefined : `${x.payload} payload bytes, expected ${settings.logsBytes}`)
-    streams.push(r)
-  }
-  {
-    const p = `${API}/containers/${idBig}/archive?path=${encodeURIComponent('/tmp/big')}`
-    let expect: number | undefined
-    const r = await streamCompare(ctx, `GET archive, cp out (${fmt(mb(settings.cpBytes), 0)} MB file)`, settings.cpBytes, settings.streamRounds, true,
-      async (s) => await download(s.ep, p, false, t),
-      (_s, x) => { expect ??= x.bytes; return x.bytes === expect && x.bytes >= settings.cpBytes ? undefined : `${x.bytes} bytes (first side: ${expect}) for a ${settings.cpBytes}-byte file` })
-    streams.push(r)
-  }
-  {
-    const names: Array<{ side: SideName, name: string }> = []
-    const r = await streamCompare(ctx, `PUT archive, cp in (${fmt(mb(settings.cpBytes), 0)} MB tar)`, settings.cpBytes, settings.streamRounds, true,
-      async (s) => {
-        const name = `${s.name}-${names.length}.bin`
-        names.push({ side: s.name, name })
-        return await upload(s.ep, idUpload, '/tmp', name, settings.cpBytes, t)
-      },
-      () => undefined)
-    for (const { name } of names) {
-      const size = await statInContainer(direct, idUpload, `/tmp/${name}`).catch(() => -1)
-      if (size !== settings.cpBytes) problems.push(`archive PUT: /tmp/${name} is ${size} bytes in the container, expected ${settings.cpBytes}`)
-    }
-    streams.push(r)
-  }
-  {
-    const one = async (s: Side, bytes: number): Promise<Transfer> => {
-      const exec = await call<{ Id: string }>(s.ep, 'POST', `${API}/containers/${idExec}/exec`, {
-        AttachStdout: true, AttachStderr: true, Tty: false, Cmd: ['head', '-c', String(bytes), '/dev/zero'],
-      })
-      return await execStart(s.ep, exec.Id, t)
-    }
-    // One small warm-up each (not counted; HAProxy's break shows here already and is reported below).
-    for (const s of sides) await onSide(s, async () => await one(s, 10 * 1000 * 1000)).catch(() => undefined)
-    streams.push(await streamCompare(ctx, `exec start, raw 101 client (${fmt(mb(settings.execBytes), 0)} MB stdout)`, settings.execBytes, settings.streamRounds, false,
-      async (s) => await one(s, settings.execBytes),
-      (_s, x) => x.payload === settings.execBytes ? undefined : `${x.payload} payload bytes, expected ${settings.execBytes}`, ['haproxy']))
-    streams.push(await streamCompare(ctx, `docker exec, CLI ${cliVersion.split(',')[0]} (${fmt(mb(settings.execBytes), 0)} MB stdout)`, settings.execBytes, settings.streamRounds, false,
-      async (s) => await cliExec(s, idExec, settings.execBytes, t),
-      () => undefined, ['haproxy']))
-  }
+  const streams = await streamSection(ctx, { logs: idLogs, big: idBig, upload: idUpload, exec: idExec }, cliVersion)
 
   const hold = await holdOpen(ctx, idTick)
   say('engine round trips per request (second gateway behind a counting relay)')
