@@ -453,7 +453,7 @@ export function recordJson (record: AuditRecord | ChainRecord): string {
   const r = record as AuditRecord & Partial<Pick<StoredRecord, 'seq' | 'prev' | 'hash'>>
   // A record as buildRecord makes it (every request's): written as it is, without the
   // copy below (which cost as much as the JSON.stringify itself).
-  if (r.body === undefined && !('body' in r) && !('seq' in r) && !('prev' in r) && !('hash' in r)) return JSON.stringify(r)
+  if (!('body' in r) && !('seq' in r) && !('prev' in r) && !('hash' in r)) return JSON.stringify(r)
   // A stored record handed back gets its place in the chain anew, not twice.
   const { body, seq: _seq, prev: _prev, hash: _hash, ...rest } = r
   const text = JSON.stringify(rest)

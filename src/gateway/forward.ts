@@ -7,7 +7,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { EventEmitter } from 'node:events'
-import { Readable, Transform, type TransformCallback } from 'node:stream'
+import { Readable } from 'node:stream'
 import { hasBody, JsonLineSplitter } from './body'
 import type { RequestContext } from './context'
 import { counter, declaredLength, finishOnce, relay } from './streams'
@@ -135,13 +135,10 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
   // not when Node's buffers fill up.
   if (target.operation.streams) res.flushHeaders()
   try {
-    if (length === undefined) {
-      // A chunked or close-delimited answer is complete only with its end: recorded
-      // once the engine's end is in, before the end is passed on; cut if it cannot be.
-      await relay(stream, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish })
-    } else {
-      await relay(stream, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish, length })
-    }
+    // A chunked or close-delimited answer (no length) is complete only with its end:
+    // recorded once the engine's end is in, before the end is passed on; one of declared
+    // length before its completing chunk; cut if it cannot be.
+    await relay(stream, res, { count: (n) => { ctx.bytesOut += n }, beforeEnd: finish, length })
   } catch (err) {
     if (!abort.aborted) {
       ctx.aborted ??= 'upstream-error'
@@ -279,23 +276,13 @@ const ESCAPED_SURROGATE = /\\ud[89a-f][0-9a-f]{2}/
  * changes is decoded again exactly (an event's timeNano exceeds a double) and re-encoded,
  * its RFC 7464 record separator kept.
  *
- * A tenant's `events` stream is narrowed by lineNarrower inside relay() (streams.ts), not
- * by a chain of async generators in a pipeline: it may be held for days, and each
+ * Used as relay()'s `map` (streams.ts), one chunk at a time, not as a chain of async
+ * generators in a pipeline: a tenant's `events` stream may be held for days, and each
  * generator, its pending requests and the pipeline stage around it cost several
- * kilobytes per held stream. What a chunk's kept records come to is
- * written as one buffer of its own (not a slice of the shared pool, which an idle
- * stream's last write would pin).
+ * kilobytes per held stream. What a chunk's kept records come to is written as one
+ * buffer of its own (not a slice of the shared pool, which an idle stream's last write
+ * would pin).
  */
-export function narrowLines (keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown): Transform {
-  const narrow = lineNarrower(keep, view)
-  return new Transform({
-    transform (chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback) {
-      narrow(chunk).then((out) => { cb(null, out) }, (err: unknown) => { cb(err as Error) })
-    },
-  })
-}
-
-/** narrowLines' work as relay()'s `map`: what one chunk's complete records come to. */
 export function lineNarrower (keep: (event: any) => Promise<boolean>, view?: (event: any) => unknown): (chunk: Buffer) => Promise<Buffer | undefined> {
   const lines = new JsonLineSplitter()
   return async (chunk) => {

@@ -95,12 +95,7 @@ export async function relay (source: Readable, dest: Writable, o: RelayOptions):
     const settle = (err?: Error | null): void => {
       if (settled) return
       settled = true
-      source.off('data', onData)
-      source.off('end', onEnd)
-      source.off('close', onSourceClose)
-      dest.off('drain', onDrain)
-      dest.off('finish', onFinish)
-      dest.off('close', onDestClose)
+      for (const [emitter, event, listener] of listeners) emitter.off(event, listener)
       if (err) {
         source.destroy()
         reject(err)
@@ -140,6 +135,11 @@ export async function relay (source: Readable, dest: Writable, o: RelayOptions):
     const onFinish = (): void => { settle() }
     const onSourceClose = (): void => { if (!source.readableEnded) settle(prematureClose()) }
     const onDestClose = (): void => { if (!dest.writableFinished) settle(prematureClose()) }
+    // All taken off when settled (each of end, close and finish comes once anyway).
+    const listeners: Array<[Readable | Writable, string, (arg: any) => void]> = [
+      [source, 'data', onData], [source, 'end', onEnd], [source, 'close', onSourceClose],
+      [dest, 'drain', onDrain], [dest, 'finish', onFinish], [dest, 'close', onDestClose],
+    ]
     if (source.destroyed || dest.destroyed || dest.writableEnded) {
       source.on('error', noop)
       settle(prematureClose())
@@ -147,13 +147,8 @@ export async function relay (source: Readable, dest: Writable, o: RelayOptions):
     }
     // The error listeners stay: an error after the end (an abort's) is no crash.
     source.on('error', settle)
-    source.on('data', onData)
-    source.once('end', onEnd)
-    source.once('close', onSourceClose)
-    dest.on('drain', onDrain)
-    dest.once('finish', onFinish)
     dest.on('error', settle)
-    dest.once('close', onDestClose)
+    for (const [emitter, event, listener] of listeners) emitter.on(event, listener)
   })
 }
 
