@@ -76,7 +76,7 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
   if (child.pid === undefined) throw new Error('could not spawn the gateway')
 
   // Ready when a ping through it succeeds.
-  const deadline = Date.now() + 20_000
+  const deadline = Date.now() + 60_000
   let last = 'no answer'
   for (;;) {
     if (hasExited()) await exited
@@ -93,7 +93,7 @@ export async function startGatewayProcess (dir: string, engineSocket: string, op
     }
     if (Date.now() > deadline) {
       await stop()
-      throw new Error(`gateway did not become ready within 20 s (GET /_ping on the admin socket: ${last})\n${tail}`)
+      throw new Error(`gateway did not become ready within 60 s (GET /_ping on the admin socket: ${last})\n${tail}`)
     }
     await sleep(100)
   }
