@@ -58,6 +58,9 @@
  *                           after BENCH_LIST_CONTAINERS containers of the tenant, and their targets
  *   BENCH_ONLY=streams      only section 3 (cp out and in, exec raw and with the CLI; the logs stream
  *                           too when BENCH_LOGS_BYTES is set), its CPU rows and targets
+ *   BENCH_ONLY=lists        only section 2's listing rows (the tenant's BENCH_LIST_CONTAINERS containers, then
+ *                           BENCH_LIST_MANY among BENCH_LIST_TENANTS tenants), with the proxies' CPU per list,
+ *                           after BENCH_JIT_WARMUP _pings per side, and their targets
  *   BENCH_BUDGET_MINUTES    the whole run stops, cleans up and fails past this [15]
  * e.g. a quick check: BENCH_REQUESTS=300 BENCH_VERSION_REQUESTS=60 BENCH_WRK_SECONDS=1
  *   BENCH_WRK_BLOCKS=1 BENCH_LIST_CONTAINERS=20 BENCH_LIST_REQUESTS=20 BENCH_CYCLES=4
@@ -391,8 +394,12 @@ async function engineBound (ctx: Context): Promise<{ group: Group, stats: Record
     if (counts.portcullis !== counts.direct || counts.haproxy !== counts.direct) ctx.problems.push(`listing: direct ${counts.direct}, haproxy ${counts.haproxy}, portcullis (tenant) ${counts.portcullis} containers`)
     notes.push(`listing: ${counts.direct} containers on the engine, ${counts.portcullis} in the tenant's view`)
     for (const s of ctx.sides) await onSide(s, async () => await load(s.ep, 'GET', p, 10, 1, ctx.deadline))
-    const runs = await interleave(ctx.sides, blocks * 2, async (s) => await onSide(s, async () => await load(s.ep, 'GET', p, Math.max(1, Math.round(settings.listRequests / (blocks * 2))), 1, ctx.deadline)))
+    // [LST] with the proxies' CPU per list, as the listing among tenants below
+    const cpu = new Map(SIDES.map((s) => [s, cpuZero()]))
+    const per = Math.max(1, Math.round(settings.listRequests / (blocks * 2)))
+    const runs = await interleave(ctx.sides, blocks * 2, async (s) => await onSide(s, async () => await countCpu(ctx.pids, s.name, cpu.get(s.name) ?? cpuZero(), async () => await load(s.ep, 'GET', p, per, 1, ctx.deadline))))
     add(`${name} (${counts.direct} containers)`, 'ms', Object.fromEntries(SIDES.map((s) => [s, stats(runs.get(s) ?? [])])), 'req/s')
+    notes.push(`${name} (${counts.direct} containers): proxy CPU per list ${SIDES.filter((s) => s !== 'direct').map((s) => `${s} ${fmt((cpu.get(s)?.proxy ?? 0) / (per * blocks * 2) * 1e6, 0)} µs`).join(', ')}`)
   }
 
   // [L] Listing among many tenants: BENCH_LIST_MANY containers (create-only, never started)
@@ -432,8 +439,8 @@ async function engineBound (ctx: Context): Promise<{ group: Group, stats: Record
     }
   }
 
-  // Create, start, remove (force), timed per cycle.
-  {
+  // Create, start, remove (force), timed per cycle. ([LST] not with BENCH_ONLY=lists)
+  if (settings.only !== 'lists') {
     say('engine-bound: create-start-remove cycle')
     const cycle = async (s: Side, n: number): Promise<LoadRun> => {
       const lat: number[] = []
@@ -453,7 +460,7 @@ async function engineBound (ctx: Context): Promise<{ group: Group, stats: Record
   }
 
   // ContainerCreate alone: through Portcullis the tenant's create is checked against base.csv and bench.csv's 20 body rules.
-  {
+  if (settings.only !== 'lists') {
     say('engine-bound: ContainerCreate (20-rule body policy)')
     const created: string[] = []
     const create = async (s: Side, n: number): Promise<LoadRun> => {
@@ -991,6 +998,37 @@ async function streamsOnly (ctx: Context, cliVersion: string, began: number): Pr
   return ctx.problems.length ? 1 : 0
 }
 
+// [LST] BENCH_ONLY=lists
+/**
+ * Section 2's listing rows alone (the tenant's BENCH_LIST_CONTAINERS containers, made
+ * through the gateway as in the full run; then the listing among tenants), after the
+ * full run's JIT warm-up of _pings, with the proxies' CPU per list and the targets.
+ */
+async function listsOnly (ctx: Context, began: number): Promise<number> {
+  say(`setup: ${settings.listContainers} containers of tenant ${settings.tenant} (through the gateway)`)
+  const tag = randomBytes(3).toString('hex')
+  await parallel(Array.from({ length: settings.listContainers }, (_x, i) => i), 4, async (i) => await createContainer(ctx.tenant, ctx.image, `pcb-list-${tag}-${i}`, ['true']))
+  if (settings.jitWarmup > 0) {
+    say(`JIT warm-up: ${settings.jitWarmup} GET /_ping per side`)
+    for (const s of ctx.sides) await onSide(s, async () => await load(s.ep, 'GET', `${API}/_ping`, settings.jitWarmup, 8, ctx.deadline))
+  }
+  const bound = await engineBound(ctx)
+  const group = { ...bound.group, title: `${bound.group.title}, BENCH_ONLY=lists` }
+  const rows = group.rows.filter((x) => x.unit.endsWith('/s'))
+  const targets: Target[] = rows.map((row) => {
+    const p = ratio(row, 'portcullis')
+    const h = ratio(row, 'haproxy')
+    return { target: `${row.name} ${row.unit}: ratio >= HAProxy's`, measured: `${fmt(p, 2)}x (haproxy ${fmt(h, 2)}x)`, met: p === null || h === null ? null : p >= h }
+  })
+  fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
+  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, engineBound: bound.stats, notes: group.notes, targets, problems: ctx.problems }, null, 2) + '\n')
+  const out = ['', renderGroup(group), renderTargets(targets)]
+  if (ctx.problems.length) out.push('PROBLEMS (broken measurements):', ...ctx.problems.map((p) => `  - ${p}`))
+  out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
+  process.stdout.write(out.join('\n'))
+  return ctx.problems.length ? 1 : 0
+}
+
 function dockerConfigDir (dir: string, headers: Record<string, string>): string {
   fs.mkdirSync(dir, { recursive: true })
   fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(Object.keys(headers).length ? { HttpHeaders: headers } : {}) + '\n')
@@ -1058,7 +1096,7 @@ async function main (): Promise<number> {
   }
   if (settings.only === 'fairness') return await fairnessOnly(fairnessOptions, endpoint(gw.tokenSocket, 4, bearer), engine.image, began, problems)
   if (settings.only === 'held') return await heldOnly(dir, engine.socket, engine.image, { policyDir, jwtSecret: secret }, began, problems)
-  if (settings.only !== '' && settings.only !== 'creates' && settings.only !== 'streams') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness", "held", "creates", "streams" and "policy" can run alone`)
+  if (settings.only !== '' && settings.only !== 'creates' && settings.only !== 'streams' && settings.only !== 'lists') throw new Error(`BENCH_ONLY=${settings.only}: only "fairness", "held", "creates", "streams", "lists" and "policy" can run alone`)
 
   const peerDir = path.join(dir, 'haproxy')
   fs.mkdirSync(peerDir)
@@ -1088,6 +1126,8 @@ async function main (): Promise<number> {
   if (settings.only === 'streams') return await streamsOnly(ctx, cliVersion, began)
 
   if (settings.only === 'creates') return await createsOnly(ctx, began)
+  // [LST] BENCH_ONLY=lists: section 2's listing rows alone.
+  if (settings.only === 'lists') return await listsOnly(ctx, began)
 
   // Setup, not measured: every container is created by the tenant through the gateway.
   const tag = randomBytes(3).toString('hex')

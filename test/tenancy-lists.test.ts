@@ -14,6 +14,11 @@
  *   once) the tenant's `containers/json` and `volumes` are exactly the engine's own answer
  *   to the client's filters, less every object not the tenant's, with the owner labels
  *   hidden; malformed filters are refused (400; dockerd 20.10 answers 500, later engines 400).
+ * - The scan that writes the narrowed list into one buffer (issue 21, LST) against the
+ *   one it replaced (test/helpers/json-list-before.ts): the same bytes, or both leave the
+ *   answer to the decoded path, on generated lists and on the engine's answer for 240
+ *   containers of 12 tenants, where the tenant's list through the gateway holds every one
+ *   of its containers and no other's.
  */
 import { randomBytes } from 'node:crypto'
 import fc from 'fast-check'
@@ -22,6 +27,7 @@ import t from 'tap'
 import { narrowList, type ListNarrowing } from '../src/gateway/json-list'
 import { hideOwner } from '../src/gateway/tenancy/labels'
 import { engine, startTestGateway, request, type RawReply, type TestGateway } from './helpers/gateway'
+import { narrowList as narrowListBefore } from './helpers/json-list-before'
 
 const TENANT_LABEL = 'io.portcullis.tenant'
 const SUBJECT_LABEL = 'io.portcullis.subject'
@@ -76,6 +82,32 @@ t.test('narrowList: the decoded path\'s document, in one pass over the engine\'s
     }
   }), { numRuns: 400 })
   t.ok(taken >= 1200, `${taken} lists narrowed, each the same document as the decoded path`)
+})
+
+t.test('narrowList: the same bytes as the scan it replaced, or the decoded path for both', async (t) => {
+  let same = 0
+  let neither = 0
+  // Generated lists, and the same with a byte cut or doubled somewhere (not the engine's shape, mostly).
+  fc.assert(fc.property(fc.array(element, { maxLength: 8 }), layout, fc.nat(), fc.constantFrom('cut', 'double', 'none'), (list, lay, at, edit) => {
+    for (const [n, doc] of [[CONTAINERS, list], [SERVICES, list], [VOLUMES, { Volumes: list, Warnings: null }]] as const) {
+      let raw = Buffer.from(lay(doc))
+      const i = at % raw.length
+      if (edit === 'cut') raw = Buffer.concat([raw.subarray(0, i), raw.subarray(i + 1)])
+      if (edit === 'double') raw = Buffer.concat([raw.subarray(0, i + 1), raw.subarray(i)])
+      const now = narrowList(raw, n)
+      const before = narrowListBefore(raw, n)
+      if (now === undefined || before === undefined) {
+        if (now !== before) throw new Error(`one scan took it, the other not: ${raw.toString()}`)
+        neither++
+      } else {
+        if (!now.equals(before)) throw new Error(`differs for ${raw.toString()}: ${now.toString()} against ${before.toString()}`)
+        if ((now === raw) !== (before === raw)) throw new Error(`one answered the engine's own buffer, the other not: ${raw.toString()}`)
+        same++
+      }
+    }
+  }), { numRuns: 600 })
+  t.ok(same >= 600, `${same} narrowed to the same bytes`)
+  t.ok(neither >= 30, `${neither} left to the decoded path by both`)
 })
 
 t.test('narrowList: the engine\'s bytes pass as they are; other owners and owner labels are cut out', async (t) => {
@@ -203,4 +235,44 @@ t.test('on the engine: a tenant\'s list is the engine\'s answer to the client\'s
     t.equal(gwList.status, 400, `malformed filters, ${what}: refused, 400`)
     t.type(gwList.json?.message, 'string', `malformed filters, ${what}: in the engine's {"message"} shape, nothing listed`)
   }
+})
+
+t.test('on the engine: 240 containers of 12 tenants, the tenant\'s list holds its own 20, byte for byte as before', async (t) => {
+  const gw2 = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`)
+  const ids: string[] = []
+  t.teardown(async () => {
+    for (const id of ids) await direct('DELETE', `/containers/${id}?force=1`)
+    await gw2.close()
+  })
+  const run = randomBytes(3).toString('hex')
+  const tenant = `many-0-${run}`
+  const mine = new Set<string>()
+  const others = new Set<string>()
+  for (let i = 0; i < 240; i += 8) {
+    await Promise.all(Array.from({ length: 8 }, async (_x, j) => {
+      const k = i + j
+      const owner = `many-${k % 12}-${run}`
+      // Client labels of every kind: none, escaped characters, a label named like the owner's.
+      const labels = k % 3 === 0 ? {} : k % 3 === 1 ? { app: `a<&>"\\${k}` } : { [`${TENANT_LABEL}.x`]: tenant, tier: String(k) }
+      const c = await direct('POST', `/containers/create?name=many-${run}-${k}`, { Image: IMAGE, Cmd: ['true'], Labels: { ...labels, [TENANT_LABEL]: owner, ...(k % 24 === 0 ? {} : { [SUBJECT_LABEL]: 'alice' }) } })
+      if (c.status !== 201) throw new Error(`create: ${c.status} ${c.text}`)
+      ids.push(c.json.Id)
+      ;(owner === tenant ? mine : others).add(c.json.Id)
+    }))
+  }
+  const token = jwt.sign({ sub: 'alice', tenant, roles: ['tenant'], exp: Math.floor(Date.now() / 1000) + 3600 }, SECRET, { algorithm: 'HS256' })
+  const listed = await request(gw2.socket, 'GET', '/v1.41/containers/json?all=1', undefined, { token })
+  t.equal(listed.status, 200, 'listed')
+  const seen: any[] = listed.json
+  t.same(seen.map((c) => c.Id).sort(), [...mine].sort(), `every one of the tenant's ${mine.size} containers, once`)
+  t.notOk(seen.some((c) => others.has(c.Id)), 'no other tenant\'s container')
+  t.notOk(seen.some((c) => OWNER_KEYS.some((k) => Object.hasOwn(c.Labels ?? {}, k))), 'no owner label shown')
+  // The engine's answer to the filter the gateway sends, narrowed by the scan it replaced: the same bytes.
+  const engineAnswer = await direct('GET', `/v1.41/containers/json?all=1&filters=${encodeURIComponent(JSON.stringify({ label: [`${TENANT_LABEL}=${tenant}`] }))}`)
+  const before = narrowListBefore(Buffer.from(engineAnswer.text), { ...CONTAINERS, keep: (o) => o === tenant })
+  t.equal(listed.text, before?.toString(), 'byte for byte what the scan it replaced answered')
+  // And the engine's whole list, decoded, filtered and re-encoded: the same document.
+  const all = await direct('GET', '/v1.41/containers/json?all=1')
+  const want = (all.json as any[]).filter((c) => c.Labels?.[TENANT_LABEL] === tenant).map((c) => hideOwner(c, ['Labels'], {}))
+  t.same(seen, want, 'the engine\'s own elements, owner labels hidden, in its order')
 })

@@ -9,6 +9,11 @@
  * the small ones (`_ping`, `version`, inspects) are read whole out of again: on this
  * 2-core machine that was a fifth of the gateway's CPU per `_ping` at 32 concurrent.
  * The headers are undici's own parsing of them, as `request()` gives them.
+ *
+ * `whole2xx`: a successful answer of any length (a list the gateway narrows to a tenant,
+ * sent chunked by the engine) is collected whole too, up to `max` bytes (beyond, the
+ * exchange is aborted with `tooLarge()`): the gateway reads it whole anyway, and a stream
+ * and its async iteration per list cost more than the chunks themselves.
  */
 import type { EventEmitter } from 'node:events'
 import type { IncomingHttpHeaders } from 'node:http'
@@ -32,7 +37,8 @@ export async function dispatchAnswer (
   dispatcher: Dispatcher,
   opts: { method: string, path: string, headers: Record<string, string | string[]>, body?: Buffer },
   signal: AbortSource,
-  smallMax: number
+  smallMax: number,
+  whole2xx?: { readonly max: number, readonly tooLarge: () => Error }
 ): Promise<DispatchedAnswer> {
   return await new Promise<DispatchedAnswer>((resolve, reject) => {
     let controller: Dispatcher.DispatchController | null = null
@@ -41,6 +47,8 @@ export async function dispatchAnswer (
     let status = 0
     let head: IncomingHttpHeaders = {}
     let chunks: Buffer[] | null = null
+    let size = 0
+    let limit = Infinity
     let stream: Readable | null = null
     const aborted = (): Error => new errors.RequestAbortedError()
     const onAbort = (): void => { controller?.abort(aborted()) }
@@ -63,7 +71,9 @@ export async function dispatchAnswer (
         // Informational answers (100 Continue) are not the answer.
         if (statusCode < 200) return
         const length = declaredLength(headers)
-        if (length !== undefined && length <= smallMax) {
+        const collect = whole2xx !== undefined && statusCode < 300
+        if (collect) limit = whole2xx.max
+        if ((length !== undefined && length <= smallMax) || collect) {
           // Settled with the whole body at its end (onResponseEnd).
           chunks = []
           status = statusCode
@@ -84,8 +94,11 @@ export async function dispatchAnswer (
         resolve({ statusCode, headers, body: stream })
       },
       onResponseData (c, chunk) {
-        if (chunks !== null) chunks.push(chunk)
-        else if (stream !== null && !stream.push(chunk)) c.pause()
+        if (chunks !== null) {
+          size += chunk.length
+          if (size > limit) c.abort(whole2xx!.tooLarge())
+          else chunks.push(chunk)
+        } else if (stream !== null && !stream.push(chunk)) c.pause()
       },
       onResponseEnd () {
         ended = true

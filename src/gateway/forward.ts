@@ -66,12 +66,15 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
     const opts = { method: req.method as 'GET', path: ctx.upstreamUrl ?? target.rawUrl, headers: upstreamRequestHeaders(req, ctx, upstream) }
     // What the small-answer path below reads whole (no stream, no answer filter, a body
     // the gateway holds) goes through the dispatcher's handler interface (dispatch.ts).
-    answer = !target.operation.streams && !ctx.respond && req.method !== 'HEAD' && !(body instanceof Readable)
-      ? await dispatchAnswer(dispatcher, { ...opts, body }, abort, SMALL_ANSWER)
+    // A JSON answer narrowed to a tenant (lists) is read whole there too, when successful.
+    const narrowed = ctx.respond?.kind === 'json'
+    answer = !target.operation.streams && (!ctx.respond || narrowed) && req.method !== 'HEAD' && !(body instanceof Readable)
+      ? await dispatchAnswer(dispatcher, { ...opts, body }, abort, SMALL_ANSWER, narrowed ? { max: FILTERED_ANSWER_MAX, tooLarge: () => tooLargeToFilter(ctx) } : undefined)
       : await dispatcher.request({ ...opts, body, signal: abort })
   } catch (err) {
     // A body filter's refusal is the answer, whatever the engine made of the cut upload.
     if (refused?.error !== undefined) throw refused.error
+    if (err instanceof GatewayError) throw err
     if (abort.aborted) return
     throw upstreamError(err, upstream.url)
   }
@@ -84,7 +87,7 @@ async function exchange (ctx: RequestContext, req: IncomingMessage, res: ServerR
 
   if (ctx.respond && answer.statusCode >= 200 && answer.statusCode < 300 && req.method !== 'HEAD') {
     try {
-      await respondFiltered(ctx, ctx.respond, answer as Answer, res, abort, finish)
+      await respondFiltered(ctx, ctx.respond, answer, res, abort, finish)
     } finally {
       ctx.upstreamMs = performance.now() - sent
       res.off('close', onClientGone)
@@ -314,13 +317,17 @@ const RECORD_SEPARATOR = Buffer.from('\x1e')
 const NEWLINE = Buffer.from('\n')
 const LONG_DIGITS = /[0-9]{16}/
 
+function tooLargeToFilter (ctx: RequestContext, why: 'filter' | 'hold' = 'filter'): GatewayError {
+  return new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to ${why} for a tenant`)
+}
+
 /** The engine's whole answer, read up to FILTERED_ANSWER_MAX (`why`: what the gateway holds it for). */
 async function wholeAnswer (ctx: RequestContext, answer: Answer, why: 'filter' | 'hold'): Promise<Buffer> {
   const chunks: Buffer[] = []
   let size = 0
   for await (const chunk of answer.body) {
     size += (chunk as Buffer).length
-    if (size > FILTERED_ANSWER_MAX) throw new GatewayError('UPSTREAM_FAILED', `the engine's answer to ${ctx.target?.operation.id} is too large to ${why} for a tenant`)
+    if (size > FILTERED_ANSWER_MAX) throw tooLargeToFilter(ctx, why)
     chunks.push(chunk as Buffer)
   }
   return Buffer.concat(chunks)
@@ -330,17 +337,19 @@ async function wholeAnswer (ctx: RequestContext, answer: Answer, why: 'filter' |
  * An answer narrowed to the caller's tenant: JSON read whole and transformed, or a
  * stream of JSON texts (events) passed record by record, each kept or dropped in order.
  */
-async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, answer: Answer, res: ServerResponse, abort: Abort, finish: () => Promise<void>): Promise<void> {
-  const headers = narrowedHeaders(answer.headers)
+async function respondFiltered (ctx: RequestContext, filter: ResponseFilter, upstreamAnswer: UpstreamAnswer, res: ServerResponse, abort: Abort, finish: () => Promise<void>): Promise<void> {
+  const headers = narrowedHeaders(upstreamAnswer.headers)
   res.sendDate = false
   if (filter.kind === 'json') {
-    const out = await narrowJson(await wholeAnswer(ctx, answer, 'filter'), filter, ctx.target?.operation.id ?? '')
+    const whole = 'whole' in upstreamAnswer ? upstreamAnswer.whole : undefined
+    const out = await narrowJson(whole ?? await wholeAnswer(ctx, upstreamAnswer as Answer, 'filter'), filter, ctx.target?.operation.id ?? '')
     ctx.bytesOut = out.length
     await finish()
-    res.writeHead(answer.statusCode, { ...headers, 'content-length': String(out.length) })
+    res.writeHead(upstreamAnswer.statusCode, { ...headers, 'content-length': String(out.length) })
     res.end(out)
     return
   }
+  const answer = upstreamAnswer as Answer
   if (filter.kind === 'after') {
     const out = await wholeAnswer(ctx, answer, 'hold')
     await filter.then()
