@@ -8,7 +8,7 @@
  * `buildInput` is the one place that knows the shape of the policy input.
  */
 import { numberOf } from '../api/body/number'
-import { capability, cleanHostPath, followsLinksIn, goAtoi, localVolume, logSize, optionTokens, readMountTable, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
+import { capability, cleanHostPath, FactsSchema, followsLinksIn, goAtoi, localVolume, logSize, optionTokens, readMountTable, resolveHostPath, securityOption, tmpfsMount, tmpfsMountTokens, REMOUNTING_OPS, type Facts, type HostPathMode, type PolicyInput } from './fields'
 import { libpodFacts } from './libpod-facts'
 
 export { capability, cleanHostPath, localVolume, resolveHostPath, securityOption, type Facts, type HostPathMode, type Namespaces, type PolicyInput, type Ulimit } from './fields'
@@ -139,58 +139,92 @@ function logFacts (f: Facts, driver: string, options: Json): void {
   f.logMaxFile = files === undefined ? (local ? 5 : 1) : goAtoi(str(files)) ?? -1
 }
 
+/**
+ * linkFollowingHostPaths is worked out on its first read (buildInput): its value, or the
+ * function that works it out, is kept in this non-enumerable slot of the facts object,
+ * read and written through one accessor shared by every facts object.
+ */
+const LINK_FOLLOWING = Symbol('linkFollowingHostPaths')
+type LinkFollowing = string[] | (() => string[])
+interface LinkFollowingSlot { [LINK_FOLLOWING]: LinkFollowing }
+const LINK_FOLLOWING_FACT: PropertyDescriptor = {
+  enumerable: true,
+  configurable: true,
+  get (this: LinkFollowingSlot): string[] {
+    const v = this[LINK_FOLLOWING]
+    if (typeof v !== 'function') return v
+    const value = v()
+    this[LINK_FOLLOWING] = value
+    return value
+  },
+  set (this: LinkFollowingSlot, v: string[]) { this[LINK_FOLLOWING] = v },
+}
+
+/**
+ * The facts of a request before any is read, in the vocabulary's order. Built property
+ * by property, with linkFollowingHostPaths an accessor from the start (LINK_FOLLOWING_FACT):
+ * objects built the same way share their hidden classes and stay in V8's fast mode.
+ * Redefining the property as an accessor on a finished literal made every request's
+ * input a dictionary (issue 21).
+ */
 function emptyFacts (): Facts {
-  return {
-    privileged: false,
-    hostPaths: [],
-    unresolvedHostPaths: [],
-    linkFollowingHostPaths: [],
-    hostVolume: false,
-    tmpfsVolume: false,
-    capAdd: [],
-    capDrop: [],
-    devices: [],
-    deviceRequests: [],
-    deviceCgroupRules: [],
-    namespaces: { network: '', pid: '', ipc: '', uts: '', userns: '', cgroupns: '' },
-    securityOpt: [],
-    sysctls: [],
-    runtime: '',
-    annotations: [],
-    restartPolicy: '',
-    cgroupParent: '',
-    volumesFrom: [],
-    links: [],
-    user: '',
-    memory: 0,
-    nanoCpus: 0,
-    pidsLimit: 0,
-    buildNetwork: '',
-    buildExtraHosts: [],
-    networkDriver: '',
-    pluginPrivileges: [],
-    tmpfsSizes: [],
-    tmpfsOptions: [],
-    mountOptions: [],
-    counts: { ports: 0, mounts: 0, env: 0, devices: 0, hosts: 0, dns: 0, ulimits: 0, labels: 0 },
-    shmSize: 0,
-    ulimits: [],
-    oomKillDisable: false,
-    oomScoreAdj: 0,
-    cpuShares: 0,
-    blkioWeight: 0,
-    blkioDevices: [],
-    cpuRealtimePeriod: 0,
-    cpuRealtimeRuntime: 0,
-    memorySwap: 0,
-    logDriver: '',
-    logOptions: [],
-    logMaxSize: 0,
-    logMaxFile: 0,
-    volumeDrivers: [],
-    serviceRuntime: '',
-    secretDriver: '',
-  }
+  const f = { privileged: false, hostPaths: [] as string[], unresolvedHostPaths: [] as string[] } as Partial<Facts> as Facts
+  Object.defineProperty(f, 'linkFollowingHostPaths', LINK_FOLLOWING_FACT)
+  Object.defineProperty(f, LINK_FOLLOWING, { value: [], writable: true, enumerable: false, configurable: true })
+  f.hostVolume = false
+  f.tmpfsVolume = false
+  f.capAdd = []
+  f.capDrop = []
+  f.devices = []
+  f.deviceRequests = []
+  f.deviceCgroupRules = []
+  f.namespaces = { network: '', pid: '', ipc: '', uts: '', userns: '', cgroupns: '' }
+  f.securityOpt = []
+  f.sysctls = []
+  f.runtime = ''
+  f.annotations = []
+  f.restartPolicy = ''
+  f.cgroupParent = ''
+  f.volumesFrom = []
+  f.links = []
+  f.user = ''
+  f.memory = 0
+  f.nanoCpus = 0
+  f.pidsLimit = 0
+  f.buildNetwork = ''
+  f.buildExtraHosts = []
+  f.networkDriver = ''
+  f.pluginPrivileges = []
+  f.tmpfsSizes = []
+  f.tmpfsOptions = []
+  f.mountOptions = []
+  f.counts = { ports: 0, mounts: 0, env: 0, devices: 0, hosts: 0, dns: 0, ulimits: 0, labels: 0 }
+  f.shmSize = 0
+  f.ulimits = []
+  f.oomKillDisable = false
+  f.oomScoreAdj = 0
+  f.cpuShares = 0
+  f.blkioWeight = 0
+  f.blkioDevices = []
+  f.cpuRealtimePeriod = 0
+  f.cpuRealtimeRuntime = 0
+  f.memorySwap = 0
+  f.logDriver = ''
+  f.logOptions = []
+  f.logMaxSize = 0
+  f.logMaxFile = 0
+  f.volumeDrivers = []
+  f.serviceRuntime = ''
+  f.secretDriver = ''
+  return f
+}
+
+// Set property by property, emptyFacts is not checked by the compiler for a fact it
+// forgets: a fact of the vocabulary that it leaves out stops the gateway at start.
+{
+  const made = emptyFacts()
+  const missing = Object.keys(FactsSchema.properties).filter((k) => !Object.hasOwn(made, k))
+  if (missing.length) throw new Error(`facts.ts emptyFacts() sets no value for ${missing.join(', ')}`)
 }
 
 /**
@@ -445,24 +479,19 @@ export function buildInput (op: string, kind: string, resource: string, query: U
   }
   const linkFollowing = resolveHostPaths(f, hostPaths)
   // Added to the facts' own object: spread into a new literal, its 54 keys made V8 build
-  // a dictionary for each request (issue 21).
-  const input: PolicyInput = Object.assign(f, { op, kind, resource, query: q, body })
+  // a dictionary for each request (issue 21). Set one by one, as emptyFacts does, the
+  // input keeps a shared hidden class.
+  const input = f as Facts & { op: string, kind: string, resource: string, query: Record<string, string>, body: unknown }
+  input.op = op
+  input.kind = kind
+  input.resource = resource
+  input.query = q
+  input.body = body
   // The mount table behind linkFollowingHostPaths is read when the fact is first read
   // (by a rule's condition, a denial's reasons, an audit record), once, and never when
   // no rule that applies to the request asks for it: reading /proc/self/mountinfo
   // costs the kernel microseconds per mount on the host, and most of a create's
   // decision time went there (issue 21). No table is kept beyond the judgement.
-  if (linkFollowing !== null) lazyFact(input, 'linkFollowingHostPaths', linkFollowing)
+  if (linkFollowing !== null) (input as unknown as LinkFollowingSlot)[LINK_FOLLOWING] = linkFollowing
   return input
-}
-
-/** `key` of `input` as a property worked out on its first read and kept (same place among the keys, still enumerable and writable). */
-function lazyFact<K extends keyof Facts> (input: PolicyInput, key: K, compute: () => Facts[K]): void {
-  let value: { v: Facts[K] } | null = null
-  Object.defineProperty(input, key, {
-    enumerable: true,
-    configurable: true,
-    get: () => (value ??= { v: compute() }).v,
-    set: (v: Facts[K]) => { value = { v } },
-  })
 }

@@ -98,7 +98,10 @@ function isZero (v: unknown): boolean {
   if (v === undefined || v === null || v === '' || v === false || v === 0) return true
   if (isJsonNumber(v)) return Number(v) === 0
   if (Array.isArray(v)) return v.length === 0
-  return typeof v === 'object' && Object.values(v).every(isZero)
+  if (typeof v !== 'object') return false
+  // Without Object.values' array: a decoded object is a dictionary (issue 21).
+  for (const k in v) if (Object.hasOwn(v, k) && !isZero((v as Obj)[k])) return false
+  return true
 }
 
 /**
@@ -121,10 +124,14 @@ function plainCopy (o: Obj): Obj {
  * copied (from the client's body): they are changed in place, so that a rule's steps
  * under one HostConfig copy it once, not once per step.
  */
-function applyStep (root: unknown, step: Step, value: unknown, own: WeakSet<object> = new WeakSet()): { root: unknown, patch: PatchOp } | null {
+function applyStep (root: unknown, step: Step, value: unknown, own: Set<object> = new Set()): { root: unknown, patch: PatchOp } | null {
   // Whether the step changes anything, read before anything is copied: most steps are
   // defaults the body already has, and the copies were a tenth of a decision (issue 21).
-  if (unchanged(root, step, value)) return null
+  // The value found there is what the copies below hold at the path too (they are
+  // shallow): its zero test is made once.
+  const at = valueAt(root, step.tokens)
+  const present = at !== UNREACHABLE && !isZero(at)
+  if (at !== UNREACHABLE && unchanged(step, at, present, value)) return null
   const copyOf = (v: unknown): Obj => {
     if ((isObj(v) || Array.isArray(v)) && own.has(v)) return v as Obj
     const copy: Obj = Array.isArray(v) ? ([...v] as unknown as Obj) : isObj(v) ? plainCopy(v) : {}
@@ -142,8 +149,8 @@ function applyStep (root: unknown, step: Step, value: unknown, own: WeakSet<obje
   const key = step.tokens[step.tokens.length - 1]
   const current = parent[key]
   // Go cannot tell an absent field from its zero value: `"Memory": 0` and `"User": ""`
-  // (what the docker CLI sends when nothing was asked) mean "not set" to the engine.
-  const present = !isZero(current)
+  // (what the docker CLI sends when nothing was asked) mean "not set" to the engine:
+  // `present` above (undefined, as `current` now is, when the path was not there to walk).
   switch (step.action) {
     case 'default':
       if (present) return null
@@ -163,14 +170,21 @@ function applyStep (root: unknown, step: Step, value: unknown, own: WeakSet<obje
   }
 }
 
-/** What applyStep would find at the step's path leaves the body as it is (the same tests as its switch). */
-function unchanged (root: unknown, step: Step, value: unknown): boolean {
+/** A path that goes through something other than an object or a list: a step there copies and changes. */
+const UNREACHABLE: unique symbol = Symbol('unreachable')
+
+/** The value at `tokens` in `root`, or UNREACHABLE. */
+function valueAt (root: unknown, tokens: readonly string[]): unknown {
   let at: unknown = root
-  for (const t of step.tokens) {
-    if (!isObj(at) && !Array.isArray(at)) return false
+  for (const t of tokens) {
+    if (!isObj(at) && !Array.isArray(at)) return UNREACHABLE
     at = (at as Obj)[t]
   }
-  const present = !isZero(at)
+  return at
+}
+
+/** What applyStep finds at the step's path (`at`, `present`: not zero) leaves the body as it is (the same tests as its switch). */
+function unchanged (step: Step, at: unknown, present: boolean, value: unknown): boolean {
   switch (step.action) {
     case 'default': return present
     case 'set': return present && JSON.stringify(at) === JSON.stringify(value)
@@ -191,7 +205,7 @@ export function applyRewrites (rules: readonly RewriteRule[], op: string, princi
   const has = (r: string): boolean => r === '*' || principals.includes(r)
   const applied: AppliedRewrite[] = []
   let current = body
-  const own = new WeakSet<object>()
+  const own = new Set<object>()
   for (const rule of rules) {
     if (!rule.operations.has(op) || !rule.roles.some(has) || rule.except.some(has)) continue
     const patch: PatchOp[] = []
