@@ -15,7 +15,7 @@ import type { AnswerEvent, AnswerEvents } from '../src/gateway/exchange'
 import { hijack, writeSocketError } from '../src/gateway/hijack'
 import { createUpstream } from '../src/gateway/upstream'
 import { parseConfig } from '../src/config'
-import { engine, request, uniqueName } from './helpers/gateway'
+import { engine, request, sha256, uniqueName } from './helpers/gateway'
 
 const eng = engine()
 const API = { minVersion: '1.24', maxVersion: '1.56' }
@@ -184,4 +184,53 @@ t.test('shutdown: the closer hijack() registers ends an open session', async (t)
   t.equal(done.ctx.aborted, 'shutdown')
   t.equal(done.error, undefined, 'a session ended by shutdown is not an error')
   t.equal((await request(eng.socket, 'GET', `/containers/${name}/json`)).json.State.Running, true, 'the container itself runs on')
+})
+
+t.test('an upgraded exec of 12 MB of random bytes, read by a client that keeps stopping: byte-exact, in order, counted', async (t) => {
+  // The engine's side is read into a reused buffer (reads.ts): a client that reads slower
+  // than the engine writes leaves writes pending on that buffer, which must then be left
+  // to them (copied, or the reads moved to a fresh buffer), and reading must resume.
+  const h = await harness(t)
+  const size = 12 * 1000 * 1000
+  const name = await container(t, ['sh', '-c', `head -c ${size} /dev/urandom > /tmp/r && sha256sum /tmp/r && sleep 600`])
+  t.equal((await request(eng.socket, 'POST', `/containers/${name}/start`)).status, 204)
+  let expected = ''
+  for (const end = Date.now() + 60_000; expected === '' && Date.now() < end; await new Promise((resolve) => setTimeout(resolve, 200))) {
+    expected = /[0-9a-f]{64}/.exec((await request(eng.socket, 'GET', `/containers/${name}/logs?stdout=1`)).text)?.[0] ?? ''
+  }
+  t.not(expected, '', 'the container hashed its file')
+  const exec = await request(eng.socket, 'POST', `/containers/${name}/exec`, { Cmd: ['cat', '/tmp/r'], AttachStdout: true, AttachStderr: true })
+  t.equal(exec.status, 201)
+  let stops = 0
+  const [done, reply] = await Promise.all([
+    h.next({ body: { Detach: false, Tty: false } }),
+    client(h.port, `POST /v1.41/exec/${exec.json.Id}/start HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n`, undefined, {
+      onOpen: (s) => {
+        // Stop reading for a while every few hundred kB: the gateway's writes back up.
+        let since = 0
+        s.on('data', (c: Buffer) => {
+          since += c.length
+          if (since < 300_000) return
+          since = 0
+          stops++
+          s.pause()
+          setTimeout(() => s.resume(), 20)
+        })
+      },
+    }),
+  ])
+  t.match(reply.text, /^HTTP\/1\.1 101 UPGRADED\r\n/)
+  const body = reply.raw.subarray(reply.raw.indexOf('\r\n\r\n') + 4)
+  const frames: Buffer[] = []
+  for (let i = 0; i + 8 <= body.length;) {
+    const n = body.readUInt32BE(i + 4)
+    frames.push(body.subarray(i + 8, i + 8 + n))
+    i += 8 + n
+  }
+  const out = Buffer.concat(frames)
+  t.equal(out.length, size, 'every byte')
+  t.equal(sha256(out), expected, 'the same bytes, in order')
+  t.ok(stops > 10, `the client stopped reading ${stops} times`)
+  t.equal(done.ctx.bytesOut, body.length, 'output counted')
+  t.equal(done.error, undefined)
 })

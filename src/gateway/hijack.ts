@@ -18,6 +18,7 @@ import type { RequestContext } from './context'
 import type { AnswerEvents } from './exchange'
 import { counter, declaredLength, finishOnce } from './streams'
 import { streamed } from './young'
+import { directReads, type DirectReads } from './reads'
 import { GatewayError, renderError } from '../api/errors'
 import { endToEnd, serializeHead, type HeaderMap } from './headers'
 import { upstreamError, upstreamRequestHeaders, type Upstream } from './upstream'
@@ -69,7 +70,9 @@ function splice (ctx: RequestContext, client: Duplex, engine: Socket, onDone: ()
   }
   // Counted as the chunks go by: no stream stage between the two sockets.
   pass(client, engine, (n) => { ctx.bytesIn += n; streamed(n) })
-  pass(engine, client, (n) => { ctx.bytesOut += n; streamed(n) })
+  const reads = directReads(engine)
+  if (reads !== undefined) passDirect(reads, engine, client, (n) => { ctx.bytesOut += n })
+  else pass(engine, client, (n) => { ctx.bytesOut += n; streamed(n) })
   client.on('error', finish)
   engine.on('error', finish)
   // The session is over once each side has been sent everything meant for it, not
@@ -98,6 +101,31 @@ function pass (from: Duplex, to: Duplex, add: (n: number) => void): void {
   from.on('end', () => to.end())
   // A socket paused while the session's record was written flows now (as pipe does).
   from.resume()
+}
+
+/**
+ * The engine's side of a session as `pass` relays it, each read written on from the
+ * buffer it was read into (reads.ts): a copy only when a write is already waiting (the
+ * client reads slower than the engine writes), where Node would queue the chunk itself.
+ */
+function passDirect (reads: DirectReads, from: Socket, to: Duplex, add: (n: number) => void): void {
+  let holds = false
+  reads.take({
+    bytes: (chunk) => {
+      add(chunk.length)
+      if (to.writableLength > 0) {
+        holds = false
+        streamed(chunk.length)
+        return to.write(Buffer.from(chunk))
+      }
+      const more = to.write(chunk)
+      holds = to.writableLength > 0
+      return more
+    },
+    holds: () => holds,
+  })
+  to.on('drain', () => reads.more())
+  from.on('end', () => to.end())
 }
 
 /**
@@ -209,7 +237,9 @@ export async function hijack (ctx: RequestContext, client: HijackClient, upstrea
         if (engineHead.length) { out.write(engineHead); ctx.bytesOut += engineHead.length }
         req.on('data', stdin)
         // The pipe ends the response once the engine's output has all passed through.
-        engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length; streamed(chunk.length) })
+        // (An engine socket of reads.ts has counted its copies for the collector already.)
+        const direct = directReads(engine) !== undefined
+        engine.on('data', (chunk: Buffer) => { ctx.bytesOut += chunk.length; if (!direct) streamed(chunk.length) })
         engine.pipe(out)
         const finish = (): void => { engine.destroy(); settle() }
         out.once('finish', finish)

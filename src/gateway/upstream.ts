@@ -14,6 +14,7 @@ import { GatewayError } from '../api/errors'
 import type { RequestContext } from './context'
 import { hasBody } from './body'
 import { endToEndRaw, type HeaderMap } from './headers'
+import { connectDirect } from './reads'
 
 export interface Upstream {
   readonly url: string
@@ -52,7 +53,7 @@ export function createUpstream (cfg: UpstreamConfig): Upstream {
   if (cfg.kind === 'unix') {
     pool = new Pool('http://localhost', { ...common, socketPath: cfg.path })
     open = () => new Client('http://localhost', { ...common, socketPath: cfg.path })
-    hijackRequest = (o) => http.request({ ...o, socketPath: cfg.path, agent: false, setHost: false })
+    hijackRequest = (o) => http.request({ ...o, setHost: false, createConnection: () => connectDirect({ path: cfg.path }) })
   } else if (cfg.tls) {
     const { cert, key, ca } = cfg.tls.material
     // SNI carries host names only (RFC 6066 §3); for an IP address the certificate's IP SAN is checked.
@@ -63,7 +64,7 @@ export function createUpstream (cfg: UpstreamConfig): Upstream {
   } else {
     pool = new Pool(`http://${hostPort(cfg.host, cfg.port)}`, common)
     open = () => new Client(`http://${hostPort(cfg.host, cfg.port)}`, common)
-    hijackRequest = (o) => http.request({ ...o, host: cfg.host, port: cfg.port, agent: false, setHost: false })
+    hijackRequest = (o) => http.request({ ...o, host: cfg.host, port: cfg.port, setHost: false, createConnection: () => connectDirect({ host: cfg.host, port: cfg.port }) })
   }
   const owned = new Set<Client>()
   return {
