@@ -131,6 +131,27 @@ t.test('refusals', async (t) => {
   t.throws(() => resolveTarget('GET', '/v1.41/containers/json', { minVersion: '1.24', maxVersion: '1.40' }), { code: 'API_VERSION_UNSUPPORTED', status: 400 })
 })
 
+t.test('a version accepted once is judged again under another window (versions are parsed once per window)', async (t) => {
+  const wide = { minVersion: '1.24', maxVersion: '1.56' }
+  t.equal(resolveTarget('GET', '/v1.41/containers/json', wide).apiVersion, '1.41', 'accepted under the wide window')
+  t.equal(resolveTarget('GET', '/v1.41/containers/json', wide).apiVersion, '1.41', 'and again, from what was kept')
+  t.throws(() => resolveTarget('GET', '/v1.41/containers/json', { minVersion: '1.24', maxVersion: '1.40' }), { code: 'API_VERSION_UNSUPPORTED' }, 'another window object refuses it')
+  t.throws(() => resolveTarget('GET', '/v1.41/containers/json', { minVersion: '1.42', maxVersion: '1.56' }), { code: 'API_VERSION_UNSUPPORTED' }, 'too old for a window that starts later')
+  // The same window object with other bounds (a window is read-only, but nothing is assumed).
+  const changing = { minVersion: '1.24', maxVersion: '1.56' }
+  t.equal(resolveTarget('GET', '/v1.41/version', changing).apiVersion, '1.41')
+  changing.maxVersion = '1.40'
+  t.throws(() => resolveTarget('GET', '/v1.41/version', changing), { code: 'API_VERSION_UNSUPPORTED' }, 'the same window object with a lower maximum refuses it')
+  // An operation's own minimum still applies to a kept version (VolumeUpdate: 1.42).
+  t.throws(() => resolveTarget('PUT', '/v1.41/volumes/v', wide), { code: 'OPERATION_TOO_NEW' })
+  t.equal(resolveTarget('PUT', '/v1.42/volumes/v', wide).operation.id, 'VolumeUpdate')
+  t.throws(() => resolveTarget('GET', '/V1.41/version', wide), { code: 'PATH_AMBIGUOUS' }, 'a version segment in another letter case is never taken from what was kept')
+  // Many accepted versions (a window across majors): each is still checked and routed.
+  const majors = { minVersion: '1.24', maxVersion: '2.0' }
+  for (let minor = 24; minor < 200; minor++) t.equal(resolveTarget('GET', `/v1.${minor}/version`, majors).apiVersion, `1.${minor}`)
+  t.throws(() => resolveTarget('GET', '/v2.1/version', majors), { code: 'API_VERSION_UNSUPPORTED' })
+})
+
 t.test('names span segments wherever the engine\'s router takes {name:.*}', async (t) => {
   // `docker rm --link /parent/alias`: the link name is the container reference.
   const link = resolveTarget('DELETE', '/v1.41/containers/parent/alias?link=1', window)

@@ -35,11 +35,22 @@ export function assertNoDuplicateHeaders (rawHeaders: readonly string[]): void {
   }
 }
 
-function connectionTokens (value: string | string[] | undefined): Set<string> | null {
+function connectionTokens (value: string | string[] | undefined): ReadonlySet<string> | null {
   if (value === undefined) return null
   const list = Array.isArray(value) ? value.join(',') : value
+  const known = KNOWN_CONNECTION.get(list)
+  if (known !== undefined) return known
   return new Set(list.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean))
 }
+
+/**
+ * The Connection values every client and the engine send (`keep-alive`, `close`,
+ * `Upgrade`), split once: the header arrives on almost every request and answer, and
+ * splitting it cost more than the rest of the header copy. Any other value is split as it comes.
+ */
+const KNOWN_CONNECTION: ReadonlyMap<string, ReadonlySet<string>> = new Map(
+  ['keep-alive', 'Keep-Alive', 'close', 'Close', 'upgrade', 'Upgrade'].map((v) => [v, new Set([v.toLowerCase()])])
+)
 
 /** Copy of `headers` without hop-by-hop fields and without the names in `drop`. */
 export function endToEnd (headers: Record<string, string | string[] | undefined>, drop: readonly string[] = []): HeaderMap {
