@@ -928,13 +928,21 @@ async function heldSessions (dir: string, engineSocket: string, image: string, g
   }
 }
 
-/** BENCH_ONLY=creates: the tenant's BENCH_LIST_CONTAINERS containers (as in the full run), then section 2's create rows and their targets. */
-async function createsOnly (ctx: Context, began: number): Promise<number> {
+/**
+ * BENCH_ONLY=creates or lists: the tenant's BENCH_LIST_CONTAINERS containers, made through
+ * the gateway as in the full run, then section 2's create rows or its listing rows (with
+ * the proxies' CPU per list; after the full run's JIT warm-up of _pings) and their targets.
+ */
+async function engineBoundOnly (ctx: Context, began: number, only: 'creates' | 'lists'): Promise<number> {
   say(`setup: ${settings.listContainers} containers of tenant ${settings.tenant} (through the gateway)`)
   const tag = randomBytes(3).toString('hex')
   await parallel(Array.from({ length: settings.listContainers }, (_x, i) => i), 4, async (i) => await createContainer(ctx.tenant, ctx.image, `pcb-list-${tag}-${i}`, ['true']))
+  if (only === 'lists' && settings.jitWarmup > 0) {
+    say(`JIT warm-up: ${settings.jitWarmup} GET /_ping per side`)
+    for (const s of ctx.sides) await onSide(s, async () => await load(s.ep, 'GET', `${API}/_ping`, settings.jitWarmup, 8, ctx.deadline))
+  }
   const bound = await engineBound(ctx)
-  const group = { ...bound.group, title: `${bound.group.title}, BENCH_ONLY=creates` }
+  const group = { ...bound.group, title: `${bound.group.title}, BENCH_ONLY=${only}` }
   const rows = group.rows.filter((x) => x.unit.endsWith('/s'))
   const targets: Target[] = rows.map((row) => {
     const p = ratio(row, 'portcullis')
@@ -942,7 +950,7 @@ async function createsOnly (ctx: Context, began: number): Promise<number> {
     return { target: `${row.name} ${row.unit}: ratio >= HAProxy's`, measured: `${fmt(p, 2)}x (haproxy ${fmt(h, 2)}x)`, met: p === null || h === null ? null : p >= h }
   })
   fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
-  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, engineBound: bound.stats, targets, problems: ctx.problems }, null, 2) + '\n')
+  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, engineBound: bound.stats, notes: group.notes, targets, problems: ctx.problems }, null, 2) + '\n')
   const out = ['', renderGroup(group), renderTargets(targets)]
   if (ctx.problems.length) out.push('PROBLEMS (broken measurements):', ...ctx.problems.map((p) => `  - ${p}`))
   out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
@@ -992,37 +1000,6 @@ async function streamsOnly (ctx: Context, cliVersion: string, began: number): Pr
   fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
   fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, streams, targets: mine, problems: ctx.problems }, null, 2) + '\n')
   const out = ['', renderGroup(streamGroup(streams)), cpuTable(cpu), renderTargets(mine)]
-  if (ctx.problems.length) out.push('PROBLEMS (broken measurements):', ...ctx.problems.map((p) => `  - ${p}`))
-  out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
-  process.stdout.write(out.join('\n'))
-  return ctx.problems.length ? 1 : 0
-}
-
-// [LST] BENCH_ONLY=lists
-/**
- * Section 2's listing rows alone (the tenant's BENCH_LIST_CONTAINERS containers, made
- * through the gateway as in the full run; then the listing among tenants), after the
- * full run's JIT warm-up of _pings, with the proxies' CPU per list and the targets.
- */
-async function listsOnly (ctx: Context, began: number): Promise<number> {
-  say(`setup: ${settings.listContainers} containers of tenant ${settings.tenant} (through the gateway)`)
-  const tag = randomBytes(3).toString('hex')
-  await parallel(Array.from({ length: settings.listContainers }, (_x, i) => i), 4, async (i) => await createContainer(ctx.tenant, ctx.image, `pcb-list-${tag}-${i}`, ['true']))
-  if (settings.jitWarmup > 0) {
-    say(`JIT warm-up: ${settings.jitWarmup} GET /_ping per side`)
-    for (const s of ctx.sides) await onSide(s, async () => await load(s.ep, 'GET', `${API}/_ping`, settings.jitWarmup, 8, ctx.deadline))
-  }
-  const bound = await engineBound(ctx)
-  const group = { ...bound.group, title: `${bound.group.title}, BENCH_ONLY=lists` }
-  const rows = group.rows.filter((x) => x.unit.endsWith('/s'))
-  const targets: Target[] = rows.map((row) => {
-    const p = ratio(row, 'portcullis')
-    const h = ratio(row, 'haproxy')
-    return { target: `${row.name} ${row.unit}: ratio >= HAProxy's`, measured: `${fmt(p, 2)}x (haproxy ${fmt(h, 2)}x)`, met: p === null || h === null ? null : p >= h }
-  })
-  fs.mkdirSync(path.dirname(RESULTS), { recursive: true })
-  fs.writeFileSync(RESULTS, JSON.stringify({ date: new Date().toISOString(), settings, engineBound: bound.stats, notes: group.notes, targets, problems: ctx.problems }, null, 2) + '\n')
-  const out = ['', renderGroup(group), renderTargets(targets)]
   if (ctx.problems.length) out.push('PROBLEMS (broken measurements):', ...ctx.problems.map((p) => `  - ${p}`))
   out.push(`total ${fmt((performance.now() - began) / 1000, 0)} s; results in ${path.relative(process.cwd(), RESULTS) || RESULTS}`, '')
   process.stdout.write(out.join('\n'))
@@ -1125,9 +1102,9 @@ async function main (): Promise<number> {
   // [STR] BENCH_ONLY=streams: section 3 alone.
   if (settings.only === 'streams') return await streamsOnly(ctx, cliVersion, began)
 
-  if (settings.only === 'creates') return await createsOnly(ctx, began)
+  if (settings.only === 'creates') return await engineBoundOnly(ctx, began, 'creates')
   // [LST] BENCH_ONLY=lists: section 2's listing rows alone.
-  if (settings.only === 'lists') return await listsOnly(ctx, began)
+  if (settings.only === 'lists') return await engineBoundOnly(ctx, began, 'lists')
 
   // Setup, not measured: every container is created by the tenant through the gateway.
   const tag = randomBytes(3).toString('hex')
