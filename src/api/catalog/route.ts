@@ -25,28 +25,14 @@ export interface Target {
 }
 
 type Segment = { literal: string } | { param: string, multi: boolean }
-interface Compiled {
-  op: Operation
-  segments: Segment[]
-  literals: number
-  /** Index of the multi-segment parameter, -1 if none. */
-  multiAt: number
-  /** op.minVersion as compareVersions reads it (major, minor), parsed once. */
-  min?: readonly [number, number]
-}
+interface Compiled { op: Operation, segments: Segment[], literals: number, /** Index of the multi-segment parameter, -1 if none. */ multiAt: number }
 
 const compiled: Compiled[] = operations.map((op) => {
   const segments: Segment[] = op.path.split('/').slice(1).map((s) => {
     const m = /^\{(\w+)(\*?)\}$/.exec(s)
     return m ? { param: m[1], multi: m[2] === '*' } : { literal: s }
   })
-  return {
-    op,
-    segments,
-    literals: segments.filter((s) => 'literal' in s).length,
-    multiAt: segments.findIndex((s) => 'param' in s && s.multi),
-    ...(op.minVersion ? { min: versionParts(op.minVersion) } : {}),
-  }
+  return { op, segments, literals: segments.filter((s) => 'literal' in s).length, multiAt: segments.findIndex((s) => 'param' in s && s.multi) }
 })
 type Routes = Map<string, Compiled[]>
 /** The routes of each method: the Engine API's, and Podman's own (libpod.ts), never mixed. */
@@ -96,42 +82,21 @@ export function compareVersions (a: string, b: string): number {
   return am - bm || an - bn
 }
 
-/** A version's major and minor, as compareVersions compares them. */
-function versionParts (v: string): readonly [number, number] {
-  const [m, n] = v.split('.').map(Number)
-  return [m, n]
-}
-
 /**
- * A request's `v<major>.<minor>` path segment, checked against the window: parsed and
- * compared once per segment text and window, not on every request (resolveTarget's
- * largest cost on versioned paths). Only segments inside the window are kept, at most
- * ACCEPTED_MAX of them (a window across majors holds more versions than clients use);
- * any other segment is checked afresh each time.
+ * A version's major and minor, as compareVersions compares them: each text parsed once
+ * (the window's bounds, operations' minimums, the versions clients send), at most
+ * VERSIONS_KEPT kept, since a client may send any; others are parsed on each use.
  */
-const ACCEPTED_MAX = 64
-interface AcceptedVersion { readonly version: string, readonly parts: readonly [number, number] }
-/** Per window object, the segments accepted under its bounds (a window with other bounds starts afresh). */
-const acceptedVersions = new WeakMap<ApiWindow, { readonly min: string, readonly max: string, readonly seen: Map<string, AcceptedVersion> }>()
-
-function apiVersionOf (seg: string, window: ApiWindow): AcceptedVersion {
-  let accepted = acceptedVersions.get(window)
-  if (accepted !== undefined && (accepted.min !== window.minVersion || accepted.max !== window.maxVersion)) accepted = undefined
-  const hit = accepted?.seen.get(seg)
-  if (hit !== undefined) return hit
-  const m = VERSION.exec(seg)
-  if (!m) throw new GatewayError('PATH_AMBIGUOUS', `malformed API version in path: ${JSON.stringify(seg)}`)
-  const apiVersion = `${m[1]}.${m[2]}`
-  if (compareVersions(apiVersion, window.minVersion) < 0) {
-    throw new GatewayError('API_VERSION_UNSUPPORTED', `client version ${apiVersion} is too old. Minimum supported API version is ${window.minVersion}, please upgrade your client to a newer version`)
+const VERSIONS_KEPT = 256
+const parsedVersions = new Map<string, readonly [number, number]>()
+function versionParts (v: string): readonly [number, number] {
+  let parts = parsedVersions.get(v)
+  if (parts === undefined) {
+    const [m, n] = v.split('.').map(Number)
+    parts = [m, n]
+    if (parsedVersions.size < VERSIONS_KEPT) parsedVersions.set(v, parts)
   }
-  if (compareVersions(apiVersion, window.maxVersion) > 0) {
-    throw new GatewayError('API_VERSION_UNSUPPORTED', `client version ${apiVersion} is too new. Maximum supported API version is ${window.maxVersion}`)
-  }
-  const found: AcceptedVersion = { version: apiVersion, parts: versionParts(apiVersion) }
-  if (accepted === undefined) acceptedVersions.set(window, accepted = { min: window.minVersion, max: window.maxVersion, seen: new Map() })
-  if (accepted.seen.size < ACCEPTED_MAX) accepted.seen.set(seg, found)
-  return found
+  return parts
 }
 
 /**
@@ -206,8 +171,6 @@ export function resolveTarget (method: string, rawUrl: string, window: ApiWindow
   let segs = decodeSegments(rawPath)
 
   let apiVersion: string | null = null
-  /** The Engine API version's (major, minor), parsed once (apiVersionOf). */
-  let apiParts: readonly [number, number] | null = null
   let routes = byMethod
   const libpod = libpodPath(segs)
   if (libpod) {
@@ -215,9 +178,15 @@ export function resolveTarget (method: string, rawUrl: string, window: ApiWindow
     segs = libpod.segs
     routes = libpodByMethod
   } else if (/^v/i.test(segs[0]) && /^v[0-9.]*$/i.test(segs[0])) {
-    const accepted = apiVersionOf(segs[0], window)
-    apiVersion = accepted.version
-    apiParts = accepted.parts
+    const m = VERSION.exec(segs[0])
+    if (!m) throw new GatewayError('PATH_AMBIGUOUS', `malformed API version in path: ${JSON.stringify(segs[0])}`)
+    apiVersion = `${m[1]}.${m[2]}`
+    if (compareVersions(apiVersion, window.minVersion) < 0) {
+      throw new GatewayError('API_VERSION_UNSUPPORTED', `client version ${apiVersion} is too old. Minimum supported API version is ${window.minVersion}, please upgrade your client to a newer version`)
+    }
+    if (compareVersions(apiVersion, window.maxVersion) > 0) {
+      throw new GatewayError('API_VERSION_UNSUPPORTED', `client version ${apiVersion} is too new. Maximum supported API version is ${window.maxVersion}`)
+    }
     segs = segs.slice(1)
     if (segs.length === 0) throw new GatewayError('OPERATION_UNKNOWN', 'page not found')
   }
@@ -231,11 +200,7 @@ export function resolveTarget (method: string, rawUrl: string, window: ApiWindow
   }
   const op = found.c.op
   if (libpod && unversionedLibpodRefused(op, apiVersion)) throw new GatewayError('OPERATION_UNKNOWN', `page not found: Podman serves ${op.id} only under a version (/v4.x.y${op.path})`)
-  const min = found.c.min
-  const tooOld = min !== undefined && apiParts !== null
-    ? (apiParts[0] - min[0] || apiParts[1] - min[1]) < 0
-    : op.minVersion && apiVersion && compareVersions(apiVersion, op.minVersion) < 0
-  if (tooOld) {
+  if (op.minVersion && apiVersion && compareVersions(apiVersion, op.minVersion) < 0) {
     throw new GatewayError('OPERATION_TOO_NEW', `${op.id} requires API version ${op.minVersion} or newer, the request asked for ${apiVersion}`)
   }
   return Object.freeze({
