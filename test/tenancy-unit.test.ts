@@ -6,7 +6,7 @@ import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { operations } from '../src/api/catalog/operations'
-import { judgeDockerfile, type BaseImage } from '../src/gateway/tenancy/build'
+import { judgeDockerfile, type BaseImage } from '../src/gateway/tenancy/dockerfile'
 import { handlers } from '../src/gateway/tenancy/operations'
 import { parseFilters, serializeFilters, withLabel } from '../src/gateway/tenancy/filters'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef } from '../src/gateway/tenancy/images'
@@ -211,7 +211,7 @@ t.test('system df: the per-type summaries of API 1.52 are rebuilt from what the 
   t.notOk('Images' in out, 'the legacy lists only when the engine sent them')
 })
 
-t.test('the forwarded Dockerfile: images by the inspected id, USER as the judged uid:gid', async (t) => {
+t.test('the forwarded Dockerfile: images by the inspected id, stages by index, USER as the judged uid:gid', async (t) => {
   const ids: Record<string, BaseImage> = {
     'team-b/base:1': { id: `sha256:${'a'.repeat(64)}`, user: '65534:65534', onBuild: [], env: ['U=65534'] },
     other: { id: `sha256:${'b'.repeat(64)}`, user: '', onBuild: ['USER 1000'], env: [] },
@@ -224,8 +224,8 @@ t.test('the forwarded Dockerfile: images by the inspected id, USER as the judged
   }
   const text = 'ARG B=team-b/base:1\r\nFROM --platform=linux/amd64 ${B} AS one\r\nUSER $U\r\nRUN id\r\nFROM team-b/\\\nbase:1\nARG V\nUSER "${V}"\nCOPY --from=other /x /y\nCOPY --from=one /x /z\nUSER root\nCMD id\n'
   t.equal(await judgeDockerfile(text, scope),
-    `ARG B=team-b/base:1\r\nFROM --platform=linux/amd64 ${ids['team-b/base:1'].id} AS one\r\nUSER 65534:65534\r\nRUN id\r\nFROM ${ids['team-b/base:1'].id}\nARG V\nUSER 65534:65534\nCOPY --from=${ids.other.id} /x /y\nCOPY --from=one /x /z\nUSER root\nCMD id\n`,
-    'each image by its id (flags, stage names, stages kept), each USER a step may run as literal; USER root with no RUN after it kept')
+    `ARG B=team-b/base:1\nFROM --platform=linux/amd64 ${ids['team-b/base:1'].id} AS one\nUSER 65534:65534\nRUN id\nFROM ${ids['team-b/base:1'].id}\nARG V\nUSER 65534:65534\nCOPY --from=${ids.other.id} /x /y\nCOPY --from=0 /x /z\nUSER root\nCMD id\n`,
+    'the builder\'s logical lines, one a line: each image by its id, each earlier stage by its index, each USER a step may run as literal; USER root with no RUN after it kept')
   await t.rejects(judgeDockerfile('FROM other\nRUN id\n', scope), /a uid without a group/, 'a stored trigger\'s lone uid is judged at the RUN: its group is the image\'s to say')
   await t.rejects(judgeDockerfile('FROM other\nRUN id\n', { ...scope, checkImage: async () => ({ ...ids.other, onBuild: [] }) }), /refused /, 'the base image\'s user (root) is judged at the RUN')
   await t.rejects(judgeDockerfile('FROM other\nUSER 65534:65534\nONBUILD USER 0\nONBUILD RUN id\n', { ...scope, checkImage: async () => ({ ...ids.other, onBuild: [] }) }).then(() => { throw new Error('refused nothing') }), /refused nothing/, 'triggers being stored run in another build: judged there')

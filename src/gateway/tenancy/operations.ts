@@ -18,8 +18,8 @@ import { numberOf } from '../../api/body/number'
 import { bodySchemas, type BodyNode } from '../../api/body/schema'
 import { buildInput, swarmMountType } from '../../policy/facts'
 import { parseFilters, serializeFilters, withLabel } from './filters'
-import { inspectBuild, judgeTriggers, type BaseImage } from './build'
-import { labelInstruction, labelKeys, mayBeOwnerLabel } from './dockerfile'
+import { inspectBuild } from './build'
+import { judgeChanges, judgeTriggers, labelInstruction, stampedChanges, type BaseImage } from './dockerfile'
 import { familiar, inNamespace, looksLikeImageId, parseImageRef, pathPattern, referenceMatches } from './images'
 import { hideOwner, OWNER_KEYS, ownerTermsAsSeen } from './labels'
 import { isPredefinedNetwork, ownerOf, PREDEFINED_NETWORKS, SUBJECT_LABEL, TENANT_LABEL, volumeName, type Resolution } from './lookup'
@@ -902,30 +902,27 @@ const imagePull: Handler = async (call) => {
   // ImportImage): no name to judge; the owner labels below make it the tenant's.
   const repo = call.query.get('repo') ?? ''
   if (repo !== '') namedImage(call, 'imported image')
-  await judgeTriggers(call.query.getAll('changes').join('\n'), [], async (ref) => await buildImage(call, ref))
   // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
-  stampChanges(call)
+  await stampChanges(call)
 }
 
 /**
  * `changes` (commit, import) are Dockerfile instructions the engine applies on top of the
- * image's configuration: none may set an owner label, in any spelling the builder reads;
- * then the gateway's own LABEL change comes last, so the owner labels are the caller's.
+ * image's configuration: judged as the engine reads them (dockerfile.ts judgeChanges: no
+ * label key may come to name an owner label, triggers judged as stored), forwarded as the
+ * gateway's own re-serialization, one logical line each, and then the gateway's own LABEL
+ * changes, which nothing before them can join.
  */
-function stampChanges (call: Call): void {
-  const changes = call.query.getAll('changes')
-  const forged = labelKeys(changes.join('\n')).filter(mayBeOwnerLabel)
-  if (forged.length > 0) throw refuse('owner-labels', `changes must not set io.portcullis.* labels, or labels named with variables (${forged.map((k) => JSON.stringify(k)).join(', ')})`)
+async function stampChanges (call: Call): Promise<void> {
+  const changes = await judgeChanges(call.query.getAll('changes'), async (ref) => await buildImage(call, ref))
   // One LABEL per label: Podman reads only the first key=value of a LABEL change, and
   // would store the rest as part of the first value (docs/podman.md).
-  const stamps = [labelInstruction({ [TENANT_LABEL]: call.tenant }), labelInstruction({ [SUBJECT_LABEL]: call.subject })]
+  const stamps = [labelInstruction(TENANT_LABEL, call.tenant), labelInstruction(SUBJECT_LABEL, call.subject)]
   if (stamps.includes(null)) throw refuse('owner-labels', `the owner labels of subject ${call.subject} in tenant ${call.tenant} cannot be written as a Dockerfile LABEL`)
+  const all = stampedChanges(changes, stamps as string[])
   call.query.delete('changes')
-  for (const c of changes) call.query.append('changes', c)
-  for (const stamp of stamps as string[]) {
-    call.query.append('changes', stamp)
-    call.patch.push({ op: 'add', path: '/query/changes/-', value: stamp })
-  }
+  for (const c of all) call.query.append('changes', c)
+  call.patch.push({ op: 'replace', path: '/query/changes', value: all })
   call.queryChanged = true
 }
 
@@ -1000,6 +997,7 @@ const imageBuild: Handler = async (call) => {
     call.bodyFilter = inspectBuild({
       dockerfile: call.query.get('dockerfile') ?? '',
       buildArgs,
+      target: call.query.get('target') ?? '',
       checkImage: async (ref) => await buildImage(call, ref),
       pinned: (sent, original) => { pins.push({ sent, original }) },
       ...(judged ? { stepUser: (user: string, where: string) => stepUser(call, user, where) } : {}),
@@ -1241,8 +1239,8 @@ const imageCommit: Handler = async (call) => {
   stamp(call, ['Labels'])
   // The committed image's triggers: the changes', the body's (a container config), and the container's own.
   const triggers = [...list(bodyAt(call, 'OnBuild')), ...list(container.body?.Config?.OnBuild)].map(str)
-  await judgeTriggers(call.query.getAll('changes').join('\n'), triggers, async (ref) => await buildImage(call, ref))
-  stampChanges(call)
+  await judgeTriggers(triggers, async (ref) => await buildImage(call, ref))
+  await stampChanges(call)
 }
 
 const imageList: Handler = async (call) => {
@@ -1354,7 +1352,7 @@ const imageLoad: Handler = async (call) => {
     checkTag: (ref) => { newImageName(call, ref, 'archive tag') },
     ...(call.names.privateImages ? { engineTag: (ref: string) => newImageName(call, ref, 'archive tag') } : {}),
     labels,
-    checkTriggers: async (triggers) => { await judgeTriggers('', triggers, async (ref) => await buildImage(call, ref)) },
+    checkTriggers: async (triggers) => { await judgeTriggers(triggers, async (ref) => await buildImage(call, ref)) },
   })
   // Per-tenant image names: "Loaded image: myapp:latest".
   if (call.names.privateImages) call.respond = { kind: 'lines', keep: async () => true, view: (l: any) => call.names.progress(l) }
