@@ -222,7 +222,7 @@ async function judge (text: string, scope: BuildScope): Promise<string> {
     const platform = stage.platform === '' ? '' : word(stage.platform, metaEnv, escape)
     if (platform !== '' && !PLATFORM.test(platform)) throw refuse('build-image', `FROM --platform=${JSON.stringify(platform)}: not a platform`)
     const name = word(stage.base, metaEnv, escape)
-    if (name === '') throw new DockerfileError(`base name (${stage.base}) should not be blank`)
+    if (name === '') throw refuse('build-image', `FROM ${stage.base} does not name an image once its build arguments are substituted (the builder: base name should not be blank)`)
     const earlier = finished.get(name.toLowerCase())
     let from: string
     let start: { env: readonly string[], user: string | undefined, onBuild: readonly string[] }
