@@ -152,6 +152,7 @@ t.test('the schema\'s defaults are the ones the hand-written validation gave', a
     audit: { file: join(dir, 'audit.jsonl'), stdout: false, level: 'metadata' },
     metrics: {},
     registries: { credentials: null },
+    provenance: { file: join(dir, 'provenance.jsonl') },
     log: { level: 'info' },
     shutdown: { graceSeconds: 10 },
     workers: 1,

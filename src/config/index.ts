@@ -341,6 +341,7 @@ export function describeConfig (c: Config): JsonObject {
   if (c.metrics.tenants !== undefined) metrics['tenants'] = [...c.metrics.tenants]
   out['metrics'] = metrics
   if (c.registries.credentials) out['registries'] = { credentials: c.registries.credentials.file, tenants: c.registries.credentials.loaded.describe() }
+  out['provenance'] = { file: c.provenance.file }
   out['log'] = { level: c.log.level }
   out['shutdown'] = { graceSeconds: c.shutdown.graceSeconds }
   out['workers'] = c.workers

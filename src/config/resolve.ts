@@ -726,6 +726,7 @@ export function validate (doc: { [key: string]: unknown }, source: string | null
     audit: auditCfg,
     metrics: metricsCfg,
     registries,
+    provenance: { file: file.provenance.file === null ? null : ctx.path(file.provenance.file) },
     log: file.log,
     shutdown: file.shutdown,
     workers: file.workers === 'auto' ? availableParallelism() : file.workers,

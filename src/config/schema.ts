@@ -389,6 +389,15 @@ export const Registries = Type.Object({
   credentials: Type.Optional(Text()),
 }, closed({ default: {} }))
 
+/**
+ * `provenance`: the images each tenant built, committed or imported through the gateway
+ * (src/gateway/tenancy/provenance.ts), a tenant's only build cache sources. `file: null`
+ * keeps the record in memory: lost at a restart, which costs cache hits, never isolation.
+ */
+export const Provenance = Type.Object({
+  file: Type.Union([Text(), Type.Null()], { default: './provenance.jsonl' }),
+}, closed({ default: {} }))
+
 export const Log = Type.Object({
   level: OneOf(LOG_LEVELS, { default: 'info' }),
 }, closed({ default: {} }))
@@ -430,6 +439,7 @@ export const ConfigFile = Type.Object({
   audit: Audit,
   metrics: Metrics,
   registries: Registries,
+  provenance: Provenance,
   log: Log,
   shutdown: Shutdown,
   workers: Workers,

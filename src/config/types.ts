@@ -119,6 +119,8 @@ export interface Config {
   metrics: { listen?: HostPort, tenants?: string[] }
   /** Registry credentials the gateway holds for tenants (never shown to them). */
   registries: { credentials: { file: string, loaded: Credentials } | null }
+  /** The record of the images tenants made through the gateway: an absolute path, or null (in memory). */
+  provenance: { file: string | null }
   log: Static<typeof S.Log>
   shutdown: Static<typeof S.Shutdown>
   /** Gateway processes sharing the listeners (`auto` resolved to the number of cores); 1 is a single process. */

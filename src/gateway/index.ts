@@ -16,7 +16,7 @@ import { PolicyStore } from '../policy/store'
 import { AuditTrail } from '../audit'
 import { Metrics } from '../metrics'
 import { startMetricsServer, type MetricsServer } from '../metrics/server'
-import { QuotaStore, Tenancy } from './tenancy'
+import { Provenance, QuotaStore, Tenancy } from './tenancy'
 import { policyAdmin } from './admin'
 import { HostPaths } from './host-paths'
 import { ClusterRates, ClusterReservations, joinCluster, workerAuditFile, workerNumber } from './cluster'
@@ -81,7 +81,7 @@ export async function startGateway (config: Config, log: Logger = pino({ level: 
   // Whether bind sources can be walked here as the engine's runtime will walk them.
   const hostPaths = new HostPaths(config.hostPaths, config.upstream.kind === 'unix', upstream, log)
   await hostPaths.detect()
-  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, reservations, () => { void hostPaths.detect() })
+  const tenancy = new Tenancy(upstream, config.registries.credentials?.loaded ?? new Credentials(), log, reservations, () => { void hostPaths.detect() }, new Provenance(config.provenance.file))
   const budget = new BodyBudget(config.limits.bufferedBytes, config.limits.jsonBodyBytes, {
     held: (bytes) => { metrics.bodyMemory(bytes) },
     refused: (scope, tenant) => { metrics.bodyRefused(scope, tenant) },

@@ -52,7 +52,7 @@ export async function startTestGateway (extraYaml = '', upstream?: string, polic
   const socket = path.join(dir, 'gw.sock')
   // A `policy:` of the caller's own (a database) replaces the generated one.
   const policy = /^policy:/m.test(extraYaml) ? '' : `policy: { dir: ${policyDir} }\n`
-  const text = `listen:\n  - { unix: ${socket}, identity: { subject: tester, roles: [admin] } }\n  - { tcp: 127.0.0.1:0, identity: { subject: tester, roles: [admin] } }\nupstream: ${upstream ?? `unix://${engine().socket}`}\n${policy}audit: { file: ${dir}/audit.jsonl }\nlog: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }\nshutdown: { graceSeconds: 2 }\n${extraYaml}`
+  const text = `listen:\n  - { unix: ${socket}, identity: { subject: tester, roles: [admin] } }\n  - { tcp: 127.0.0.1:0, identity: { subject: tester, roles: [admin] } }\nupstream: ${upstream ?? `unix://${engine().socket}`}\n${policy}audit: { file: ${dir}/audit.jsonl }\n${/^provenance:/m.test(extraYaml) ? '' : `provenance: { file: ${dir}/provenance.jsonl }\n`}log: { level: ${process.env.PORTCULLIS_TEST_LOG ?? 'silent'} }\nshutdown: { graceSeconds: 2 }\n${extraYaml}`
   const config = parseConfig(text, path.join(dir, 'portcullis.yaml'))
   const gateway = await startGateway(config, pino({ level: config.log.level }))
   const tcp = gateway.listeners.find((l) => l.config.kind === 'tcp')?.address ?? ''

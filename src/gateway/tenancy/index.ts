@@ -5,6 +5,7 @@
  * was received (full ids in the path, the owner-label filter in the query, owner
  * labels in the body, the gateway's registry credentials) and how to filter the answer.
  */
+import { Provenance } from './provenance'
 import type { Logger } from 'pino'
 import type { Identity } from '../authenticate'
 import type { Target } from '../../api/catalog/route'
@@ -23,6 +24,7 @@ import { TENANT_NAME } from './names'
 
 export { QuotaStore, QuotaStoreError, type SharedReservations, type Lease } from './quota-store'
 export { TenancyRefusal } from './refusal'
+export { Provenance } from './provenance'
 export type { BodyFilter, LocalAnswer, ResponseFilter } from './call'
 
 /**
@@ -63,8 +65,8 @@ export class Tenancy {
    * `quotaStore`: the replicas' shared quota reservations (with policy.database), else per process.
    * `onEngineConnected`: called whenever the engine's event stream connects.
    */
-  constructor (private readonly upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: SharedReservations | null = null, onEngineConnected?: () => void) {
-    this.resolver = new Resolver(upstream, this.cache)
+  constructor (private readonly upstream: Upstream, private credentials: Credentials, log: Logger, private readonly quotaStore: SharedReservations | null = null, onEngineConnected?: () => void, provenance = new Provenance(null)) {
+    this.resolver = new Resolver(upstream, this.cache, provenance)
     this.stopWatching = watchEvents(upstream, this.cache, log, undefined, onEngineConnected)
   }
 

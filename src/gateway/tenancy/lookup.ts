@@ -12,6 +12,7 @@
  * engine's event stream reports the object destroyed or updated; while that stream
  * is down nothing is cached. Names and prefixes are always resolved afresh.
  */
+import { Provenance } from './provenance'
 import type { Logger } from 'pino'
 import type { Dispatcher } from 'undici'
 import { jsonLines } from '../body'
@@ -344,7 +345,7 @@ export function remapsUsers (info: unknown): boolean {
 }
 
 export class Resolver {
-  constructor (private readonly upstream: Upstream, readonly cache: OwnerCache) {}
+  constructor (private readonly upstream: Upstream, readonly cache: OwnerCache, readonly provenance: Provenance = new Provenance(null)) {}
 
   /** Which engine answers: read from the event stream's answer, else asked once with a ping. */
   async engine (): Promise<EngineKind> {

@@ -904,6 +904,7 @@ const imagePull: Handler = async (call) => {
   if (repo !== '') namedImage(call, 'imported image')
   // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
   await stampChanges(call)
+  recordMade(call)
 }
 
 /**
@@ -1034,7 +1035,9 @@ const imageBuild: Handler = async (call) => {
   }
   const all = { ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
   // Per-tenant image names: "Successfully tagged myapp:latest", as on a private engine.
-  if (call.names.privateImages) call.respond = buildProgress(call, Object.keys(all), pins)
+  // Every stage's image the builder reports (aux ID) is the tenant's: its cache sources from now on.
+  const made = (line: any): void => { if (typeof line?.aux?.ID === 'string') call.r.provenance.record(call.tenant, line.aux.ID, call.op.id) }
+  call.respond = call.names.privateImages ? buildProgress(call, Object.keys(all), pins, made) : { kind: 'lines', keep: async (line) => { made(line); return true } }
   call.setQuery('labels', JSON.stringify(all))
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
 }
@@ -1054,7 +1057,7 @@ const ARROW = /^ ---> [0-9a-f]{12}\n$/
  * id (`FROM sha256:...`, COPY --from: build.ts) are shown as the Dockerfile named them.
  * State is kept in `keep`, which runs once per line, in order; `view` only returns it.
  */
-function buildProgress (call: Call, labelKeys: readonly string[], pins: Pin[]): ResponseFilter {
+function buildProgress (call: Call, labelKeys: readonly string[], pins: Pin[], seen: (line: unknown) => void): ResponseFilter {
   const keys = [...new Set(labelKeys)].sort()
   let total = 0
   let owner = new Set<number>()
@@ -1074,6 +1077,7 @@ function buildProgress (call: Call, labelKeys: readonly string[], pins: Pin[]): 
   return {
     kind: 'lines',
     keep: async (line: any) => {
+      seen(line)
       current = line
       const stream = typeof line?.stream === 'string' ? line.stream : null
       if (stream === null) return true
@@ -1179,18 +1183,38 @@ const NO_CACHE = 'portcullis.invalid/no-cache:none'
  * The classic builder's layer cache is one for every caller of the engine; with
  * `cachefrom` it accepts a local hit only inside the history of a listed image (moby
  * image/cache ImageCache.GetCache), and images it cannot find are skipped. So every
- * tenant build names the tenant's own images (by id), the shared catalog images the
- * client listed, and a name that is no image: a tenant with no images gets no cache
- * hit at all, never another tenant's layers. Another tenant's image in the client's
- * list answers as missing.
+ * tenant build names the images the gateway recorded as made by this tenant (built,
+ * committed, imported through it: provenance.ts) that still carry its owner label (by
+ * id), the shared catalog images the client listed, and a name that is no image: a
+ * tenant with no images gets no cache hit at all, never another tenant's layers, and an
+ * image that only carries the tenant's label (a label is not an identity) is no source
+ * either. Another tenant's image in the client's list answers as missing.
  */
 async function ownCache (call: Call): Promise<void> {
   const listed: string[] = []
   for (const ref of parseJsonList(call, 'cachefrom')) listed.push((await visibleImage(call, ref)).id)
-  const own = (await call.r.ownList('image', call.tenant)).map((i) => str(i.Id)).filter((id) => id !== '')
+  const made = call.r.provenance.of(call.tenant)
+  const own = (await call.r.ownList('image', call.tenant)).map((i) => str(i.Id)).filter((id) => made.has(id))
   const cacheFrom = [...new Set([...listed, ...own]), NO_CACHE]
   call.setQuery('cachefrom', JSON.stringify(cacheFrom))
   call.patch.push({ op: 'add', path: '/query/cachefrom', value: cacheFrom })
+}
+
+/** The engine's answer to a commit (`Id`) or an import (a last `status` that is the id) records the image as the tenant's (provenance.ts). */
+function recordMade (call: Call): void {
+  const before = call.respond
+  const record = (id: unknown): void => { if (typeof id === 'string') call.r.provenance.record(call.tenant, id, call.op.id) }
+  if (call.op.id === 'ImageCommit') {
+    if (before !== undefined && before.kind !== 'json') throw new Error('ImageCommit: the answer is filtered twice')
+    call.respond = { kind: 'json', transform: async (b: any) => { record(b?.Id); return before === undefined ? b : await before.transform(b) } }
+    return
+  }
+  if (before !== undefined && before.kind !== 'lines') throw new Error('ImageCreate: the answer is filtered twice')
+  call.respond = {
+    kind: 'lines',
+    keep: async (l: any) => { if (/^sha256:[0-9a-f]{64}$/.test(l?.status ?? '')) record(l.status); return before === undefined ? true : await before.keep(l) },
+    ...(before?.view ? { view: before.view } : {}),
+  }
 }
 
 /**
@@ -1241,6 +1265,7 @@ const imageCommit: Handler = async (call) => {
   const triggers = [...list(bodyAt(call, 'OnBuild')), ...list(container.body?.Config?.OnBuild)].map(str)
   await judgeTriggers(triggers, async (ref) => await buildImage(call, ref))
   await stampChanges(call)
+  recordMade(call)
 }
 
 const imageList: Handler = async (call) => {
