@@ -35,6 +35,8 @@ interface Stage {
   from: Word
   quote: 'none' | 'double' | 'single'
   as?: string
+  /** A variable FROM names the k-th global ARG's variable (most do: others are blank to the builder). */
+  bind: boolean
   body: Body[]
 }
 type Body =
@@ -62,7 +64,7 @@ export function dockerfileCase (pools: GenPools): fc.Arbitrary<GenCase> {
   const varName = fc.constantFrom(...VARS)
   const literal = fc.oneof(
     { weight: 6, arbitrary: fc.constantFrom(...pools.refs) },
-    { weight: 3, arbitrary: fc.constantFrom(...pools.stageNames) },
+    { weight: 2, arbitrary: fc.constantFrom(...pools.stageNames) },
     { weight: 1, arbitrary: fc.constant(pools.url) }
   )
   const word: fc.Arbitrary<Word> = fc.oneof(
@@ -98,6 +100,7 @@ export function dockerfileCase (pools: GenPools): fc.Arbitrary<GenCase> {
     from: word,
     quote: fc.constantFrom('none', 'none', 'none', 'none', 'none', 'double', 'single') as fc.Arbitrary<'none' | 'double' | 'single'>,
     as: fc.option(fc.constantFrom(...pools.stageNames), { nil: undefined, freq: 2 }),
+    bind: fc.constantFrom(true, true, true, false),
     body: fc.array(body, { maxLength: 4 }),
   })
   const spec: fc.Arbitrary<Spec> = fc.record({
@@ -159,7 +162,9 @@ function render (s: Spec): GenCase {
   const quoted = (text: string, q: 'none' | 'double' | 'single'): string => q === 'double' ? `"${text}"` : q === 'single' ? `'${text}'` : text
   for (const g of s.globals) instr(['ARG', g.value === undefined ? g.name : `${g.name}=${value(g.value)}`])
   s.stages.forEach((st, i) => {
-    const from = ['FROM', quoted(value(st.from), st.quote)]
+    const g = s.globals[i % Math.max(1, s.globals.length)]
+    const fromWord: Word = st.bind && st.from.kind === 'var' && g !== undefined ? { ...st.from, name: g.name } : st.from
+    const from = ['FROM', quoted(value(fromWord), st.quote)]
     if (st.as !== undefined) from.push(i % 2 === 0 ? 'AS' : 'as', st.as)
     instr(from)
     let k = 0
@@ -169,7 +174,7 @@ function render (s: Spec): GenCase {
         case 'arg': instr(['ARG', b.value === undefined ? b.name : `${b.name}=${value(b.value)}`]); break
         case 'env': instr(b.form === 'eq' ? ['ENV', `${b.name}=${value(b.value)}`] : ['ENV', b.name, value(b.value)]); break
         case 'copyFrom': {
-          const from = b.from.kind === 'stage' ? String(b.from.index % (i + 1)) : b.from.kind === 'current' ? (st.as ?? String(i)) : value(b.from.word)
+          const from = b.from.kind === 'stage' ? String(b.from.index % Math.max(1, i)) : b.from.kind === 'current' ? (st.as ?? String(i)) : value(b.from.word)
           instr(['COPY', `--from=${from}`, b.src, `/c${i}${k}`])
           break
         }
