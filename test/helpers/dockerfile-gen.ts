@@ -43,6 +43,7 @@ type Body =
   | { kind: 'arg', name: string, value?: Word }
   | { kind: 'env', name: string, value: Word, form: 'eq' | 'space' }
   | { kind: 'copyFrom', from: { kind: 'stage', index: number } | { kind: 'current' } | { kind: 'word', word: Word }, src: string }
+  | { kind: 'argStage', name: string, back: number }
   | { kind: 'copyCtx' }
   | { kind: 'label' }
   | { kind: 'addVar', name: string }
@@ -91,6 +92,8 @@ export function dockerfileCase (pools: GenPools): fc.Arbitrary<GenCase> {
         src: fc.constantFrom('/etc', '/etc', '/etc/marker'),
       }).map((c): Body => ({ kind: 'copyFrom', ...c })),
     },
+    // A stage ARG whose value is a stage's name (this one's or an earlier one's): the ARG-scope confusion.
+    { weight: 2, arbitrary: fc.record({ name: varName, back: fc.nat({ max: 2 }) }).map((a): Body => ({ kind: 'argStage', ...a })) },
     { weight: 1, arbitrary: fc.constant<Body>({ kind: 'copyCtx' }) },
     { weight: 1, arbitrary: fc.constant<Body>({ kind: 'label' }) },
     { weight: 1, arbitrary: varName.map((name): Body => ({ kind: 'addVar', name })) },
@@ -176,6 +179,11 @@ function render (s: Spec): GenCase {
         case 'copyFrom': {
           const from = b.from.kind === 'stage' ? String(b.from.index % Math.max(1, i)) : b.from.kind === 'current' ? (st.as ?? String(i)) : value(b.from.word)
           instr(['COPY', `--from=${from}`, b.src, `/c${i}${k}`])
+          break
+        }
+        case 'argStage': {
+          const named = s.stages.slice(0, i + 1).map((x) => x.as).filter((x) => x !== undefined)
+          instr(['ARG', `${b.name}=${named.length === 0 ? 'foo' : named[Math.max(0, named.length - 1 - b.back)]}`])
           break
         }
         case 'copyCtx': instr(['COPY', 'data.txt', `/d${i}${k}`]); break
