@@ -38,7 +38,7 @@ import fc from 'fast-check'
 import jwt from 'jsonwebtoken'
 import t, { type Test } from 'tap'
 import { dockerfileCase, type GenCase } from './helpers/dockerfile-gen'
-import { engine, request, startTestGateway, tarOf, waitUntil, type RawReply, type TestGateway } from './helpers/gateway'
+import { engine, policiesWith, request, startTestGateway, tarOf, waitUntil, type RawReply, type TestGateway } from './helpers/gateway'
 
 const RUNS = Number(process.env.PORTCULLIS_DIFF_RUNS ?? 150)
 const SEED = process.env.PORTCULLIS_DIFF_SEED === undefined ? undefined : Number(process.env.PORTCULLIS_DIFF_SEED)
@@ -321,6 +321,35 @@ t.test('issue 30: ADD $U, U a URL by the global ARG behind a stage ARG without a
   await waitUntil(() => canaryHits.includes(dPath), 3000)
   t.ok(canaryHits.includes(dPath), 'the canary saw the direct build\'s fetch')
   await removeImage(`${DIRECT}/add:1`)
+})
+
+t.test('issue 30 under names: private: the same leaks, named by id and id prefix, are refused and build nothing', async (t) => {
+  const policies = policiesWith((text) => text.replace(/^names: engine$/m, `names: private\nimages: { shared: ["${IMAGE.replace(/:latest$/, '')}"] }`))
+  const priv = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\nrates: { roles: { tenant: { transfer: { rate: 1000, burst: 1000 } } } }\n`, undefined, policies)
+  const hex = acmeId.slice('sha256:'.length)
+  const path = `/private-${RUN}`
+  try {
+    const cases: Array<[string, string]> = [
+      ['ARG scope, by id', `ARG X=${acmeId}\nFROM ${IMAGE} AS foo\nARG X=foo\nFROM $X\n`],
+      ['ARG scope, scratch, by id prefix', `ARG X=${hex.slice(0, 12)}\nFROM scratch AS foo\nARG X=foo\nFROM \${X}\n`],
+      ['a stage named by an id prefix, COPY --from of it in the same stage', `FROM ${IMAGE} AS ${hex.slice(0, 12)}\nCOPY --from=${hex.slice(0, 12)} /etc/marker /stolen\n`],
+      ['the same from scratch, 4 characters', `FROM scratch AS ${hex.slice(0, 4)}\nCOPY --from=${hex.slice(0, 4)} /etc /stolen\n`],
+      ['ADD of a URL behind a stage ARG', `ARG U=${canaryUrl}${path}\nFROM ${IMAGE} AS one\nARG U=data.txt\nFROM ${IMAGE}\nARG U\nADD $U /fetched\n`],
+    ]
+    for (const [why, dockerfile] of cases) {
+      const tag = `${EVIL}/private:1`
+      const r = await request(priv.socket, 'POST', `/v1.41/build?t=${q(tag)}&rm=1&forcerm=1`, tarOf({ Dockerfile: dockerfile, 'data.txt': 'context data\n' }), { token: TOKENS.evil, contentType: 'application/x-tar' })
+      t.ok(r.status >= 400 && r.status < 500, `${why}: refused (${r.status} ${String(r.json?.message ?? r.text.slice(-200))})`)
+      const images = (await direct('GET', '/images/json')).json as any[]
+      const built = images.filter((i) => (i.RepoTags ?? []).some((x: string) => x.includes('private:1') && x.includes(EVIL)))
+      t.same(built, [], `${why}: nothing built for evil`)
+      for (const i of built) await direct('DELETE', `/images/${i.Id as string}?force=1`)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    t.notOk(canaryHits.includes(path), 'the canary saw no fetch')
+  } finally {
+    await priv.close()
+  }
 })
 
 t.test('generated Dockerfiles: the gateway uses what the engine would, or refuses', async (t) => {

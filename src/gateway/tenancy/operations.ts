@@ -923,7 +923,9 @@ async function stampChanges (call: Call): Promise<void> {
   const all = stampedChanges(changes, stamps as string[])
   call.query.delete('changes')
   for (const c of all) call.query.append('changes', c)
-  call.patch.push({ op: 'replace', path: '/query/changes', value: all })
+  // The record names the stamps only: the tenant's own changes (re-serialized, the same
+  // instructions) may hold values the audit trail does not keep (ENV secrets).
+  for (const stamp of stamps as string[]) call.patch.push({ op: 'add', path: '/query/changes/-', value: stamp })
   call.queryChanged = true
 }
 
