@@ -14,6 +14,7 @@ import t from 'tap'
 import { parseConfig } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
 import { CLI20, CLI28, engine, policiesWithBuildKit, run, uniqueName, waitUntil } from './helpers/gateway'
+import { assertTool } from './helpers/tools'
 
 // Tenants may build with BuildKit here (tenancy.yaml builds.buildkit): the session's authentication is under test.
 const BUILDKIT_POLICIES = policiesWithBuildKit()
@@ -37,6 +38,7 @@ function token (claims: object, key = signer.privateKey): string {
 }
 
 function openssl (...args: string[]): void {
+  assertTool('openssl')
   execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] })
 }
 const newKey = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes']

@@ -12,6 +12,7 @@ import t from 'tap'
 import { parseConfig, type Config, type ListenerConfig } from '../src/config'
 import { ANONYMOUS, createAuthenticator, type Identity } from '../src/gateway/authenticate'
 import { isGatewayError } from '../src/api/errors'
+import { assertTool } from './helpers/tools'
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pca-'))
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
@@ -235,6 +236,7 @@ t.test('key material is read once, when the authenticator is created', async (t)
 function certificate (subject: string): X509Certificate {
   const name = createHash('sha256').update(subject).digest('hex').slice(0, 8)
   const [key, cert] = [path.join(dir, `${name}-key.pem`), path.join(dir, `${name}.pem`)]
+  assertTool('openssl')
   execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', subject, '-days', '1', '-keyout', key, '-out', cert], { stdio: 'ignore' })
   return new X509Certificate(fs.readFileSync(cert))
 }

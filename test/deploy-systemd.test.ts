@@ -11,12 +11,14 @@ import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { CLI28, POLICIES, engine, run } from './helpers/gateway'
+import { assertTool, haveTools } from './helpers/tools'
 
 const REPO = path.resolve(__dirname, '../..')
 const CLI = path.join(REPO, 'dist/src/cli.js')
 const UNITS = path.join(REPO, 'deploy/systemd')
 
 t.test('the units pass systemd-analyze verify, which does catch a broken unit', async (t) => {
+  if (!haveTools(t, 'systemd-analyze')) return
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcs-units-'))
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   for (const f of ['portcullis.socket', 'portcullis.service']) fs.copyFileSync(path.join(UNITS, f), path.join(dir, f))
@@ -40,6 +42,7 @@ interface Activated { socket: string, dir: string, output (): string, exited: Pr
 
 /** systemd-socket-activate binding `socket` (named portcullis) and exec-ing `portcullis serve` with this config on the first connection. */
 function activate (configYaml: string): Activated {
+  assertTool('systemd-socket-activate')
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcs-'))
   const socket = path.join(dir, 'portcullis.sock')
   const config = path.join(dir, 'portcullis.yaml')

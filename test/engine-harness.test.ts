@@ -2,13 +2,27 @@
 // speak API 1.41 and have the test image; the default one is a plain engine (not a
 // swarm manager, as most users run Docker), the opt-in one is in swarm mode.
 import { execFile } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
 import { randomBytes } from 'node:crypto'
 import { promisify } from 'node:util'
 import t from 'tap'
-import { api, dockerCli, dockerEnv, readState } from './engine/engine'
+import { api, dockerCli, dockerEnv, PACKAGES, readState, REPO_ROOT, toolMissing, TOOLS } from './engine/engine'
 
 const info = readState()
 const swarmInfo = readState('swarm')
+
+t.test('the README, .ci/run and the harness install the same Debian packages, and every tool a test runs', async (t) => {
+  const ci = fs.readFileSync(path.join(REPO_ROOT, '.ci/run'), 'utf8')
+  const ciList = /for pkg in ([^;]+); do/.exec(ci)?.[1]?.trim().split(/\s+/) ?? []
+  t.same([...ciList].sort(), [...PACKAGES].sort(), '.ci/run installs PACKAGES')
+  const readme = fs.readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8')
+  const comment = /# install and run the tests \(they install ([^]*?) from\s+(?:#\s*)?Debian if missing/.exec(readme)?.[1] ?? ''
+  const readmeList = comment.replace(/#/g, ' ').replace(/\band\b/g, ',').split(/[\s,]+/).filter(Boolean)
+  t.same([...readmeList].sort(), [...PACKAGES].sort(), 'the README\'s test command names PACKAGES')
+  for (const tool of Object.keys(TOOLS)) t.equal(toolMissing(tool), undefined, `${tool} (${TOOLS[tool]}) is installed`)
+  t.match(toolMissing('pcx-no-such-tool') ?? '', /pcx-no-such-tool is not installed: apt-get install pcx-no-such-tool/)
+})
 
 t.test('engine answers /_ping', async (t) => {
   const res = await api(info.socket, 'GET', '/_ping')

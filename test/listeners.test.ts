@@ -12,6 +12,7 @@ import t from 'tap'
 import { parseConfig, type Config } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
 import { CLI28, engine, POLICIES, run, startTestGateway, uniqueName, waitUntil, type TestGateway } from './helpers/gateway'
+import { assertTool } from './helpers/tools'
 
 interface Teardown { teardown: (fn: () => unknown) => void }
 type LogLine = Record<string, unknown>
@@ -38,6 +39,7 @@ interface Pki {
 }
 
 function makePki (dir: string): Pki {
+  assertTool('openssl')
   const openssl = (...args: string[]): void => { execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] }) }
   const newKey = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes']
   const authority = (name: string): void => openssl('req', '-x509', ...newKey, '-subj', `/CN=${name}`, '-days', '2',

@@ -77,6 +77,7 @@ t.test('README: two tenants, worked example', async (t) => {
   await clean()
   t.teardown(async () => {
     await clean()
+    await direct(['rmi', '-f', 'portcullis.invalid/acme/app:latest'])
     if (!hadBusybox) await direct(['rmi', 'busybox:latest'])
   })
 

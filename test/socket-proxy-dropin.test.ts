@@ -38,6 +38,7 @@ import { socketProxyConfig } from '../src/config'
 import { examplePath } from '../src/config/socket-proxy'
 import { startGateway } from '../src/gateway'
 import { freePort } from '../bench/peer'
+import { toolMissing } from './engine/engine'
 import { engine } from './helpers/gateway'
 import { docker } from './helpers/image'
 
@@ -122,8 +123,12 @@ async function startDropIn (t: Test, dir: string, env: Record<string, string>): 
 
 t.teardown(() => { docker(['volume', 'rm', '-f', VOLUME], { allowFail: true }) })
 
+// Without HAProxy there is nothing to compare with: one failure that says what to install.
+const noHaproxy = toolMissing('haproxy')
+if (noHaproxy !== undefined) t.fail(`${noHaproxy}; the comparisons with docker-socket-proxy's HAProxy are skipped`)
+
 for (const set of SETS) {
-  t.test(`${set.name}: every catalog operation is refused by Portcullis exactly when docker-socket-proxy refuses it`, async (t) => {
+  t.test(`${set.name}: every catalog operation is refused by Portcullis exactly when docker-socket-proxy refuses it`, { skip: noHaproxy === undefined ? false : 'haproxy is not installed' }, async (t) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pcx-dsp-'))
     const haproxy = await startHaproxy(dir, set.env)
     const portcullis = await startDropIn(t, dir, set.env)

@@ -21,6 +21,7 @@ import jwt from 'jsonwebtoken'
 import t from 'tap'
 import { startEngine, stopEngine } from './engine/engine'
 import { engine, policiesWith, request, startTestGateway, tarOf, type RawReply, type TestGateway } from './helpers/gateway'
+import { assertTool } from './helpers/tools'
 
 const SECRET = randomBytes(32).toString('hex')
 const RUN = randomBytes(3).toString('hex')
@@ -65,6 +66,7 @@ function entry (name: string, data: Buffer, mode: number): Buffer {
  */
 function setuidContext (dir: string, image: string): Buffer {
   fs.writeFileSync(path.join(dir, 'suid.c'), '#include <unistd.h>\nint main(void){setgid(0);setuid(0);execl("/bin/sh","sh","-c","echo suid=$(id -u):$(id -g)",(char*)0);return 1;}\n')
+  assertTool('gcc')
   execFileSync('gcc', ['-static', '-O2', '-o', path.join(dir, 'suid'), path.join(dir, 'suid.c')])
   const inner = Buffer.concat([entry('suid', fs.readFileSync(path.join(dir, 'suid')), 0o4755), Buffer.alloc(1024)])
   const dockerfile = Buffer.from(`FROM ${image}\nADD inner.tar /x/\nUSER 65534:65534\nRUN echo ${fresh()} && /x/suid\n`)

@@ -26,7 +26,7 @@ import pino from 'pino'
 import t from 'tap'
 import { parseConfig } from '../src/config'
 import { startGateway, type Gateway } from '../src/gateway'
-import { CLI28, engine, policiesWith, run, startTestGateway, type RunResult } from './helpers/gateway'
+import { CLI28, engine, POLICIES, policiesWith, run, startTestGateway, type RunResult } from './helpers/gateway'
 import { registryAuthHeader, startRegistry, type Registry } from './helpers/registry'
 
 const IMAGE = engine().image
@@ -207,7 +207,7 @@ t.test('a registry outside the allow-list: 403 registry-not-allowed', async (t) 
     const started = Date.now()
     const r = await docker(A, ['pull', ref])
     t.not(r.code, 0, `team-a: docker pull ${ref} fails`)
-    t.match(r.stderr, /pulling from or to registry 10\.1\.2\.3:5000 is not allowed for tenant team-a \(rule registry-not-allowed\)/, lastLine(r.stderr))
+    t.match(r.stderr, /pulling from or to registry 10\.1\.2\.3:5000 is not allowed for tenant team-a: tenancy\.yaml registries\.allowed does not list it and the gateway holds no credentials of the tenant for it \(config registries\.credentials\) \(rule registry-not-allowed\)/, lastLine(r.stderr))
     t.ok(Date.now() - started < 30_000, 'at once (the engine never tried it)')
   }
 })
@@ -227,7 +227,38 @@ t.test('docker login: team-a\'s bogus password works (the gateway logs in with i
   t.match(b.stderr, new RegExp(`the gateway holds no credentials of tenant team-b for ${reg.address.replace(/\./g, '\\.')}, and tenants' own credentials are not used \\(rule registry-credentials\\)`), lastLine(b.stderr))
   const far = await docker(dockerConfig('a'), ['login', '10.1.2.3:5000', '-u', 'x', '--password-stdin'], 'y\n')
   t.not(far.code, 0, 'team-a: docker login to a registry outside the allow-list fails')
-  t.match(far.stderr, /login to registry 10\.1\.2\.3:5000 is not allowed for tenant team-a \(rule registry-not-allowed\)/, lastLine(far.stderr))
+  t.match(far.stderr, /login to registry 10\.1\.2\.3:5000 is not allowed for tenant team-a: tenancy\.yaml registries\.allowed does not list it and the gateway holds no credentials of the tenant for it \(config registries\.credentials\) \(rule registry-not-allowed\)/, lastLine(far.stderr))
+})
+
+t.test('the shipped allow-list (docker.io only): the loopback registry the gateway holds team-a\'s credentials for is team-a\'s to use, no one else\'s', async (t) => {
+  // The operator named this registry for team-a (registries.credentials, by its exact
+  // host:port): pulls, pushes, logins and builds from it work without an allow-list entry.
+  // The daemon reaches 127.0.0.1 on the host: only at that address, never a port a tenant picks.
+  const shippedSock = path.join(tmp, 'gw-shipped.sock')
+  const text = configText(credFile).replace(`policy: { dir: ${policyDir} }`, `policy: { dir: ${POLICIES} }`).replace(sock, shippedSock).replace(audit, path.join(tmp, 'audit-shipped.jsonl'))
+  const shipped = await startGateway(parseConfig(text, path.join(tmp, 'portcullis-shipped.yaml')), pino({ level: 'silent' }))
+  t.teardown(async () => { await shipped.close() })
+  const via = async (config: string, args: readonly string[], stdin?: string): Promise<RunResult> => await run(CLI28, args, { host: `unix://${shippedSock}`, env: { DOCKER_CONFIG: config, DOCKER_BUILDKIT: '0' }, stdin, timeoutMs: 180_000 })
+  await direct(['rmi', `${REPO}:1`])
+  const pull = await via(A, ['pull', `${REPO}:1`])
+  t.equal(pull.code, 0, `team-a: docker pull ${REPO}:1`, out(pull))
+  t.equal((await direct(['image', 'inspect', `${REPO}:1`])).code, 0, 'the engine has the image')
+  const dir = fs.mkdtempSync(path.join(tmp, 'ctx-'))
+  fs.writeFileSync(path.join(dir, 'Dockerfile'), `FROM ${REPO}:1\nUSER 65534:65534\nRUN true\n`)
+  const built = await via(A, ['build', '-q', '-t', `${REPO}:built`, dir])
+  t.equal(built.code, 0, 'team-a builds FROM it', out(built))
+  const push = await via(A, ['push', `${REPO}:built`])
+  t.equal(push.code, 0, 'and pushes the result', out(push))
+  t.ok(fs.existsSync(path.join(reg.dir, 'data/docker/registry/v2/repositories/team-a/app/_manifests/tags/built')), 'the registry stored team-a/app:built')
+  const login = await via(A, ['login', reg.address, '-u', 'someone', '--password-stdin'], 'bogus\n')
+  t.equal(login.code, 0, 'team-a: docker login (the gateway logs in with its own)', out(login))
+  await direct(['rmi', `${REPO}:built`])
+  const b = await via(B, ['pull', `${REPO}:1`])
+  t.not(b.code, 0, 'team-b (no credentials held): docker pull fails')
+  t.match(b.stderr, /registry 127\.0\.0\.1:\d+ is not allowed for tenant team-b: tenancy\.yaml registries\.allowed does not list it .*\(rule registry-not-allowed\)/, lastLine(b.stderr))
+  const other = reg.address.replace(/:\d+$/, ':1')
+  const port = await via(A, ['pull', `${other}/team-a/app:1`])
+  t.match(port.stderr, /\(rule registry-not-allowed\)/, `team-a: another port on the host's loopback is refused (${lastLine(port.stderr)})`)
 })
 
 t.test('a registry that answers the login with a refresh token: the tenant does not get it', async (t) => {

@@ -91,6 +91,20 @@ t.test('on the shared engine: a tenant\'s default create lands on its own networ
   await direct('POST', `/containers/${client.json.Id as string}/start`)
   const waited = await direct('POST', `/containers/${client.json.Id as string}/wait`)
   t.equal(waited.json?.StatusCode, 0, 'the link name resolves: the linked container answers on A\'s network')
+  // The oracle: the engine itself, for `docker run --network <user-defined> --link c:db`,
+  // stores the link on the endpoint by name and none in HostConfig.Links (moby registers
+  // legacy links only on the default bridge): the tenant's create is stored the same way.
+  const oracle = await direct('POST', `/containers/create?name=${fresh('or')}`, { Image: engine().image, Cmd: ['true'], HostConfig: { NetworkMode: `${A}-default`, Links: [`${webName}:db`] }, NetworkingConfig: { EndpointsConfig: { [`${A}-default`]: { Links: [`${webName}:db`] } } } })
+  t.equal(oracle.status, 201)
+  ids.push(oracle.json.Id)
+  const engineStored = (await direct('GET', `/containers/${oracle.json.Id as string}/json`)).json
+  t.same([stored.HostConfig.Links, stored.NetworkSettings.Networks[`${A}-default`]?.Links], [engineStored.HostConfig.Links, engineStored.NetworkSettings.Networks[`${A}-default`]?.Links], 'stored as the engine stores a link on a user-defined network')
+  // A link to another tenant's container answers as missing, as the engine answers a name it has not.
+  const cross = await as(B)('POST', `/v1.41/containers/create?name=${fresh('x')}`, { Image: engine().image, Cmd: ['true'], HostConfig: { Links: [`${webName}:db`] } })
+  const absent = `${webName}-none`
+  const missingDirect = await direct('POST', '/containers/create', { Image: engine().image, Cmd: ['true'], HostConfig: { Links: [`${absent}:db`] } })
+  t.same([cross.status, cross.json?.message], [missingDirect.status, String(missingDirect.json?.message).replaceAll(absent, webName)], `B's link to A's container answers as the engine answers a missing one: ${cross.text.trim()}`)
+  if (cross.status === 201) ids.push(cross.json.Id)
 
   // The tenant sees it as its own; the other tenant does not see it, nor can it take the name.
   const listA = (await as(A)('GET', '/v1.41/networks')).json.map((n: any) => n.Name)

@@ -210,6 +210,9 @@ t.test('exec: no user runs as the container\'s user (the tenant\'s), root is ref
   t.same([rootBox.status, rootBox.user, rootBox.out], [201, `${UID}:${GID}`, `uid=${UID} gid=${GID} groups=${GID}`], 'in a container running as root: the tenant\'s user, not root')
   const lone = await execAs(own.id, { User: '1000' })
   t.same([lone.status, lone.user], [201, `1000:${GID}`], 'a lone uid gets the tenant\'s gid')
+  // docker exec -u 1000:1000 (issue 30: a numeric non-root user is ordinary tenant work).
+  const pair = await execAs(own.id, { User: '1000:1000' })
+  t.same([pair.status, pair.user, pair.out], [201, '1000:1000', 'uid=1000 gid=1000 groups=1000'], 'a numeric non-root uid:gid runs as given')
   const before = (await direct('GET', `/containers/${own.id}/json`)).json.ExecIDs?.length ?? 0
   for (const [user, rule] of [['root', 'numeric-user'], ['0', 'tenant-user'], ['0:0', 'tenant-user'], ['1000:0', 'tenant-user'], ['00', 'tenant-user'], ['root:root', 'numeric-user'], ['app', 'numeric-user']]) {
     const e = await execAs(own.id, { User: user })

@@ -5,7 +5,9 @@
  *   unscopedRoles: [admin]            # roles that see and act on every object
  *   imageNamespace: "{tenant}"        # tags and pushes: [registry/]<namespace>/...
  *   registries:
- *     allowed: [docker.io, "127.0.0.1:*"]   # pull/push/login only from these
+ *     allowed: [docker.io, "127.0.0.1:5000"]   # pull/push/login only from these (and, per tenant,
+ *                                      # registries the gateway holds its credentials for);
+ *                                      # a loopback registry by its exact port: "127.0.0.1:*" is every port on the host
  *     tenantCredentials: strip        # strip | allow: a tenant's own X-Registry-Auth
  *   info:
  *     hide: [Name, ID, DockerRootDir]  # SystemInfo fields tenants do not see

@@ -456,10 +456,41 @@ export async function ensureImage (info: EngineInfo): Promise<void> {
  * registry with htpasswd authentication (test/helpers/registry.ts), promtool (from
  * prometheus: deploy/ alert rules and scrape config) PostgreSQL (the policy database
  * of test/scale-out) and Podman (the second engine implementation test/podman.test.ts
- * puts behind the gateway, test/engine/podman.ts). The README's list and .ci/run's are the same.
+ * puts behind the gateway, test/engine/podman.ts), and the programs of TOOLS. The
+ * README's list and .ci/run's are the same.
  */
 // busybox-static, not busybox: only its /bin/busybox can be copied into an empty image.
-const PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils', 'prometheus', 'postgresql', 'podman']
+const BASE_PACKAGES = ['docker.io', 'busybox-static', 'python3-docker', 'docker-compose', 'docker-registry', 'apache2-utils', 'prometheus', 'postgresql', 'podman']
+
+/**
+ * Every other program a test runs, and the Debian package that has it: a test that
+ * finds one missing says which package to install (toolMissing), never ENOENT.
+ * Programs of essential packages (tar, mount, util-linux's unshare/nsenter/runuser,
+ * libc-bin's ldd) are not listed.
+ */
+export const TOOLS: Readonly<Record<string, string>> = {
+  haproxy: 'haproxy', //            test/socket-proxy-dropin: docker-socket-proxy's own haproxy.cfg
+  htpasswd: 'apache2-utils', //     test/helpers/registry.ts
+  promtool: 'prometheus', //        test/deploy-*: alert rules and scrape config
+  openssl: 'openssl', //            certificates of the TLS and mTLS tests
+  gcc: 'gcc', //                    test/tenancy-build-user: a static setuid program
+  'systemd-analyze': 'systemd', //  test/deploy-systemd
+  'systemd-socket-activate': 'systemd',
+}
+/** gcc -static needs libc.a. */
+const TOOL_EXTRAS = ['libc6-dev']
+
+export const PACKAGES: readonly string[] = [...new Set([...BASE_PACKAGES, ...Object.values(TOOLS), ...TOOL_EXTRAS])]
+
+/**
+ * undefined when `name` (a key of TOOLS) is on the PATH, else a message naming the
+ * Debian package to install.
+ */
+export function toolMissing (name: string): string | undefined {
+  if (findExecutable(name) !== undefined) return undefined
+  const pkg = TOOLS[name] ?? name
+  return `${name} is not installed: apt-get install ${pkg} (Debian package ${pkg}; npm test installs it, see PACKAGES in test/engine/engine.ts)`
+}
 
 // Two engines start at once: one apt run for both.
 let packagesReady: Promise<void> | undefined
@@ -481,7 +512,7 @@ async function installPackages (): Promise<void> {
   await run('apt-get', ['install', '-y', ...(missing.length ? missing : PACKAGES)], { env, inherit: true })
 }
 
-function findExecutable (name: string): string | undefined {
+export function findExecutable (name: string): string | undefined {
   const dirs = [...(process.env.PATH ?? '').split(':'), '/usr/local/sbin', '/usr/sbin', '/sbin']
   for (const d of dirs) {
     const p = path.join(d || '.', name)

@@ -15,6 +15,7 @@ import path from 'node:path'
 import { promisify } from 'node:util'
 import YAML from 'yaml'
 import { engine } from './gateway'
+import { assertTool } from './tools'
 
 const REGISTRY = '/usr/bin/docker-registry'
 const BUSYBOX = '/bin/busybox' // busybox-static: its wget probes the registry from inside the namespace
@@ -121,6 +122,7 @@ export function registryAuthHeader (username: string, password: string, serverad
 /** One line of an htpasswd file, bcrypt-hashed. */
 async function htpasswdLine (user: string, password: string): Promise<string> {
   if (user.includes(':')) throw new Error(`htpasswd user names cannot contain ':': ${user}`)
+  assertTool('htpasswd')
   const { stdout } = await promisify(execFile)('htpasswd', ['-Bbn', user, password])
   return `${stdout.trim()}\n`
 }

@@ -795,7 +795,7 @@ async function buildImage (call: Call, ref: string): Promise<BaseImage> {
   if (res.state === 'missing') {
     const parsed = parseImageRef(ref)
     if (!parsed) throw new GatewayError('BODY_INVALID', `invalid reference format in the Dockerfile: ${JSON.stringify(ref)}`)
-    if (!registryAllowed(call.settings, parsed.registry)) throw refuse('registry-not-allowed', `the build pulls ${familiar(ref)} from registry ${parsed.registry}, which is not allowed for tenant ${call.tenant}`)
+    if (!tenantRegistry(call, parsed.registry)) throw refuse('registry-not-allowed', `the build pulls ${familiar(ref)} from registry ${parsed.registry}, which is not allowed for tenant ${call.tenant}`)
     throw refuse('build-image-absent', `the build starts from ${familiar(ref)}, which the engine does not have: the gateway judges the triggers an image carries before a build runs them; pull it first (docker pull ${familiar(ref)})`)
   }
   // By full id: what was just resolved, whatever a name points at meanwhile.
@@ -868,9 +868,24 @@ function mustBeInNamespace (call: Call, ref: string, what: string): void {
   }
 }
 
+/**
+ * Whether the tenant may use a registry: one of tenancy.yaml's registries.allowed, or one
+ * the gateway holds this tenant's credentials for (config registries.credentials names
+ * each registry by its exact host[:port]: the operator listed it for the tenant). The
+ * daemon connects from the host, so a loopback registry is a port on the host: reachable
+ * this way only at the exact address the operator wrote, never at one the tenant picks.
+ */
+function tenantRegistry (call: Call, registry: string): boolean {
+  return registryAllowed(call.settings, registry) || call.credentials.get(call.tenant, registry) !== undefined
+}
+
+function registryNotAllowed (call: Call, registry: string, what: string): Error {
+  return refuse('registry-not-allowed', `${what} registry ${registry} is not allowed for tenant ${call.tenant}: tenancy.yaml registries.allowed does not list it and the gateway holds no credentials of the tenant for it (config registries.credentials)`)
+}
+
 /** Registry credentials: the gateway's for this tenant and registry; the tenant's own only where policy allows. */
 function registryAuth (call: Call, registry: string, what: string): void {
-  if (!registryAllowed(call.settings, registry)) throw refuse('registry-not-allowed', `${what} from or to registry ${registry} is not allowed for tenant ${call.tenant}`)
+  if (!tenantRegistry(call, registry)) throw registryNotAllowed(call, registry, `${what} from or to`)
   const held = call.credentials.get(call.tenant, registry)
   if (held || call.settings.registries.tenantCredentials === 'strip' || call.clientRegistryAuth === undefined) {
     call.setHeaders['x-registry-auth'] = registryAuthHeader(held, registry)
@@ -1221,11 +1236,11 @@ function recordMade (call: Call): void {
 
 /**
  * `X-Registry-Config` (a build's credentials, one per registry): the gateway's for this
- * tenant's allowed registries, as for pulls; the tenant's own only where policy allows
- * and the gateway holds none.
+ * tenant, every registry it holds them for (each one allowed to the tenant: tenantRegistry),
+ * as for pulls; the tenant's own only where policy allows and the gateway holds none.
  */
 function registryConfig (call: Call): void {
-  const held = call.credentials.registries(call.tenant).filter((r) => registryAllowed(call.settings, r))
+  const held = call.credentials.registries(call.tenant)
   if (held.length === 0 && call.settings.registries.tenantCredentials === 'allow') return
   call.setHeaders['x-registry-config'] = registryConfigHeader(Object.fromEntries(held.map((r) => [r, call.credentials.get(call.tenant, r)!])))
 }
@@ -1798,7 +1813,7 @@ function swarmChange (leave: boolean): Handler {
 const systemAuth: Handler = async (call) => {
   const server = str(bodyAt(call, 'serveraddress')) || 'docker.io'
   const registry = server.replace(/^https?:\/\//, '').replace(/\/.*$/, '').replace(/^(index\.)?docker\.io$|^registry-1\.docker\.io$/, 'docker.io')
-  if (!registryAllowed(call.settings, registry)) throw refuse('registry-not-allowed', `login to registry ${registry} is not allowed for tenant ${call.tenant}`)
+  if (!tenantRegistry(call, registry)) throw registryNotAllowed(call, registry, 'login to')
   const held = call.credentials.get(call.tenant, registry)
   if (held) {
     for (const k of ['username', 'password', 'identitytoken'] as const) {
