@@ -21,7 +21,7 @@ import t from 'tap'
 import { parseInstruction, isStage } from '../src/api/dockerfile/instructions'
 import { buildEnvs, DockerfileError, processWord } from '../src/api/dockerfile/lex'
 import { parse } from '../src/api/dockerfile/parser'
-import { engine, request, startTestGateway, type RawReply, type TestGateway } from './helpers/gateway'
+import { engine, policiesWith, request, startTestGateway, type RawReply, type TestGateway } from './helpers/gateway'
 
 const RUNS = Number(process.env.PORTCULLIS_DIFF_RUNS ?? 60)
 const SECRET = randomBytes(32).toString('hex')
@@ -160,4 +160,25 @@ t.test('whatever changes the gateway lets through, the image carries exactly the
     if (JSON.stringify(Object.entries(owners).sort()) !== JSON.stringify(Object.entries(OWNER).sort())) throw new Error(`${JSON.stringify(cs)} committed with owner labels ${JSON.stringify(owners)}`)
   }), { numRuns: RUNS })
   t.ok(through > 0, `${through} commits let through, each with the caller's owner labels only`)
+})
+
+t.test('the same under names: private', async (t) => {
+  const policies = policiesWith((text) => text.replace(/^names: engine$/m, `names: private\nimages: { shared: ["${IMAGE.replace(/:latest$/, '')}"] }`))
+  const priv = await startTestGateway(`auth: { jwt: { secret: ${SECRET} } }\n`, undefined, policies)
+  try {
+    const as = async (method: string, path: string, body?: object): Promise<RawReply> => await request(priv.socket, method, path, body, { token: TOKEN })
+    const c = await as('POST', `/v1.41/containers/create?name=dflp-${RUN}`, { Image: IMAGE, Cmd: ['true'] })
+    t.equal(c.status, 201, c.text)
+    const forged = await as('POST', `/v1.41/commit?container=${c.json.Id as string}&repo=forged&tag=1&${query(["LABEL io.portcul''lis.tenant=someone-else"])}`, {})
+    t.equal(forged.status, 403, 'a key the lexer makes an owner label is refused')
+    t.match(forged.json?.message, /rule owner-labels/)
+    const trailing = await as('POST', `/v1.41/commit?container=${c.json.Id as string}&repo=trailing&tag=1&${query(['LABEL a=b \\'])}`, {})
+    t.equal(trailing.status, 201, trailing.text)
+    if (trailing.status === 201) made.push(trailing.json.Id)
+    const labels = (await direct('GET', `/images/${trailing.json.Id as string}/json`)).json.Config.Labels
+    t.same([labels['io.portcullis.tenant'], labels['io.portcullis.subject'], labels.a], [TA, 'alice', 'b'], 'a last change ending in the escape character swallows no owner label')
+    await direct('DELETE', `/containers/${c.json.Id as string}?force=1`)
+  } finally {
+    await priv.close()
+  }
 })
