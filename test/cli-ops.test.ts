@@ -97,7 +97,7 @@ t.test('config check: warnings for a valid file, exit 0', async (t) => {
     },
     {
       name: 'weak',
-      text: configText(dir, 'auth: { jwt: { secret: changeme } }\n')
+      text: configText(dir, `auth: { jwt: { secret: changeme } }\nprovenance: { file: ${path.join(dir, 'no-such-dir', 'provenance.jsonl')} }\n`)
         .replace(`upstream: unix://${engine().socket}`, `upstream: unix://${path.join(dir, 'no-engine.sock')}`)
         .replace(`audit: { file: ${path.join(dir, 'audit.jsonl')} }`, `audit: { file: ${path.join(dir, 'no-such-dir', 'audit.jsonl')} }`)
         .replace('listen:\n', 'listen:\n  - { tcp: 127.0.0.1:0, anonymous: true }\n  - { tcp: 127.0.0.1:0, identity: { subject: ops, roles: [admin] } }\n'),
@@ -106,6 +106,7 @@ t.test('config check: warnings for a valid file, exit 0', async (t) => {
         /^warning: auth\.jwt\.secret looks like a placeholder \(it contains "changeme"\)/m,
         new RegExp(`^warning: upstream unix://${path.join(dir, 'no-engine.sock')}: .* does not exist \\(ENOENT\\)`, 'm'),
         new RegExp(`^warning: audit\\.file ${path.join(dir, 'no-such-dir', 'audit.jsonl')}: its directory .* does not exist`, 'm'),
+        new RegExp(`^warning: provenance\\.file ${path.join(dir, 'no-such-dir', 'provenance.jsonl')}: its directory .* does not exist`, 'm'),
         /^warning: listen\[0\] \(tcp 127\.0\.0\.1:0\): has no authentication: anyone who can reach the port acts as anonymous/m,
         /^warning: listen\[1\] \(tcp 127\.0\.0\.1:0\): has no authentication: anyone who can reach the port acts as ops \(roles admin\)/m,
       ],

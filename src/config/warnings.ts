@@ -22,7 +22,9 @@ export async function configWarnings (config: Config): Promise<string[]> {
   return [
     ...secretWarnings(config),
     ...await upstreamWarnings(config),
-    ...auditWarnings(config),
+    ...fileWarnings('audit.file', config.audit.file),
+    // Not writable: the record stays in memory, and a restart forgets the tenants' cache sources.
+    ...fileWarnings('provenance.file', config.provenance.file ?? undefined),
     ...config.listen.flatMap((l, i) => listenerWarnings(l, i)),
   ]
 }
@@ -75,22 +77,24 @@ async function ping (config: Config): Promise<string | null> {
   })
 }
 
-/** The audit file's directory must exist and be writable: with onFailure closed, a trail that cannot be opened stops the start. */
-function auditWarnings (config: Config): string[] {
-  const file = config.audit.file
+/**
+ * A file's directory must exist and be writable: the audit trail (with onFailure closed, a
+ * trail that cannot be opened stops the start), the provenance record.
+ */
+function fileWarnings (key: string, file: string | undefined): string[] {
   if (file === undefined) return []
   const dir = dirname(file)
   let st: fs.Stats
   try {
     st = fs.statSync(dir)
   } catch (err) {
-    return [`audit.file ${file}: its directory ${dir} does not exist (${(err as NodeJS.ErrnoException).code ?? 'error'})`]
+    return [`${key} ${file}: its directory ${dir} does not exist (${(err as NodeJS.ErrnoException).code ?? 'error'})`]
   }
-  if (!st.isDirectory()) return [`audit.file ${file}: ${dir} is not a directory`]
+  if (!st.isDirectory()) return [`${key} ${file}: ${dir} is not a directory`]
   try {
     fs.accessSync(dir, fs.constants.W_OK)
   } catch (err) {
-    return [`audit.file ${file}: its directory ${dir} is not writable by this user (${(err as NodeJS.ErrnoException).code ?? 'error'})`]
+    return [`${key} ${file}: its directory ${dir} is not writable by this user (${(err as NodeJS.ErrnoException).code ?? 'error'})`]
   }
   return []
 }
