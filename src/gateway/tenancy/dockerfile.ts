@@ -96,11 +96,11 @@ export function labelInstruction (key: string, value: string): string | null {
 class BuildArgs {
   /** Declared by ARG in the current stage (before the first FROM: every meta ARG), with its default. */
   private allowed = new Map<string, string | undefined>()
-  /** The ARGs before the first FROM. */
-  private readonly meta: Map<string, string | undefined>
-  constructor (private readonly options: Readonly<Record<string, string | null>>, meta = new Map<string, string | undefined>()) {
-    this.meta = meta
-  }
+  constructor (
+    private readonly options: Readonly<Record<string, string | null>>,
+    /** The ARGs before the first FROM. */
+    private readonly meta = new Map<string, string | undefined>()
+  ) {}
 
   /** A stage's arguments: the meta ARGs, none of its own yet (Clone, ResetAllowed). */
   forStage (): BuildArgs {
@@ -212,8 +212,7 @@ async function judge (text: string, scope: BuildScope): Promise<string> {
     out.push(meta.node.original)
   }
   const finished = new Map<string, Finished>()
-  let count = 0
-  const judging = new Judge(scope, escape, finished, [])
+  const judging = new Judge(scope, escape, finished)
 
   for (const stage of stages) {
     if (stage.name !== '' && finished.has(stage.name)) throw new DockerfileError(`${stage.name} stage name already used`)
@@ -244,8 +243,7 @@ async function judge (text: string, scope: BuildScope): Promise<string> {
     // The base's triggers run now, each parsed alone with the default escape character.
     for (const t of start.onBuild) await judging.run(trigger(t, name), state, { kind: 'trigger', of: name })
     for (const ins of stage.commands) out.push(await judging.run(ins, state, { kind: 'line' }) ?? ins.node.original)
-    const done: Finished = { index: count++, name: stage.name, env: state.env, user: state.user, onBuild: state.onBuild }
-    judging.flat.push(done)
+    const done: Finished = { index: judging.stagesDone++, name: stage.name, env: state.env, user: state.user, onBuild: state.onBuild }
     if (stage.name !== '') finished.set(stage.name, done)
   }
   const forwarded = (escape === '\\' ? '' : '# escape=`\n') + out.join('\n') + '\n'
@@ -274,13 +272,14 @@ function trigger (t: string, of: string): Instruction {
 }
 
 class Judge {
+  /** How many stages have finished: the next one's index (COPY --from by index). */
+  stagesDone = 0
+
   constructor (
     private readonly scope: Pick<BuildScope, 'checkImage' | 'stepUser' | 'pinned'>,
     private readonly escape: string,
     /** Finished stages by name (lower case). */
-    private readonly finished: ReadonlyMap<string, Finished>,
-    /** Finished stages by index. */
-    readonly flat: Finished[],
+    private readonly finished: ReadonlyMap<string, Finished> = new Map(),
     /** Names the build's own stages have: a trigger being stored may name one (it is judged where it runs). */
     private readonly stageNames: ReadonlySet<string> = new Set()
   ) {}
@@ -370,18 +369,27 @@ class Judge {
         if (ins.flagsUsed.length > 0) throw new DockerfileError(`the --${ins.flagsUsed[0]} option requires BuildKit`)
         if (origin.kind !== 'storing') this.runs(state, where('RUN'))
         return undefined
-      case 'onbuild': {
-        // A trigger being stored in the image this makes: judged now with what this build
-        // knows (the build that runs it judges it again, in its own state).
-        const inner = trigger(ins.expression, 'this build')
-        const storing = new Judge(this.scope, '\\', new Map(), [], new Set([...this.stageNames, ...this.finished.keys()]))
-        await storing.run(inner, { env: [], args: new BuildArgs({}), user: undefined, onBuild: [] }, { kind: 'storing' })
+      case 'onbuild':
+        await this.store(ins.expression)
         state.onBuild.push(ins.expression)
         return undefined
-      }
       case 'other':
         return undefined
     }
+  }
+
+  /**
+   * A trigger being stored in the image this makes (an ONBUILD line, a commit's or a load
+   * archive's OnBuild): one instruction that may be a trigger (moby parseOnBuild), judged
+   * now with what this build knows; the build that runs it judges it again, in its own state.
+   */
+  async store (expression: string, of = 'this build'): Promise<void> {
+    const inner = trigger(expression, of)
+    const keyword = inner.node.cmd.toUpperCase()
+    if (keyword === 'ONBUILD') throw new DockerfileError('Chaining ONBUILD via `ONBUILD ONBUILD` isn\'t allowed')
+    if (keyword === 'MAINTAINER') throw new DockerfileError(`${keyword} isn't allowed as an ONBUILD trigger`)
+    const storing = new Judge(this.scope, '\\', new Map(), new Set([...this.stageNames, ...this.finished.keys()]))
+    await storing.run(inner, { env: [], args: new BuildArgs({}), user: undefined, onBuild: [] }, { kind: 'storing' })
   }
 
   /**
@@ -402,8 +410,8 @@ class Judge {
     if (/^[+-]?\d+$/.test(from)) {
       const i = Number(from)
       if (!Number.isSafeInteger(i)) throw new DockerfileError(`invalid from flag value ${from}: index out of bounds`)
-      if (i === this.flat.length) throw new DockerfileError(`invalid from flag value ${from}: refers to current build stage`)
-      if (i < 0 || i > this.flat.length) throw new DockerfileError(`invalid from flag value ${from}: index out of bounds`)
+      if (i === this.stagesDone) throw new DockerfileError(`invalid from flag value ${from}: refers to current build stage`)
+      if (i < 0 || i > this.stagesDone) throw new DockerfileError(`invalid from flag value ${from}: index out of bounds`)
       return String(i)
     }
     return (await this.image(from, 'COPY --from')).id
@@ -416,15 +424,9 @@ class Judge {
  * one instruction that may be a trigger (moby parseOnBuild), judged as being stored.
  */
 export async function judgeTriggers (triggers: readonly string[], checkImage: BuildScope['checkImage']): Promise<void> {
-  const judge = new Judge({ checkImage }, '\\', new Map(), [])
+  const judge = new Judge({ checkImage }, '\\')
   try {
-    for (const t of triggers) {
-      const { nodes } = parse(t)
-      if (nodes.length !== 1) throw refuse('build-onbuild', `a stored trigger must be one instruction: ${JSON.stringify(t.slice(0, 80))}`)
-      const ins = parseInstruction({ ...nodes[0], cmd: 'onbuild', args: [nodes[0].cmd, ...nodes[0].args], original: `ONBUILD ${nodes[0].original}`, flags: [] })
-      if (isStage(ins)) throw refuse('build-onbuild', 'FROM is not allowed as an ONBUILD trigger')
-      await judge.run(ins, { env: [], args: new BuildArgs({}), user: undefined, onBuild: [] }, { kind: 'line' })
-    }
+    for (const t of triggers) await judge.store(t, 'the image')
   } catch (err) {
     throw changeError(err, 'build-onbuild')
   }
@@ -447,7 +449,7 @@ export async function judgeChanges (changes: readonly string[], checkImage: Buil
   if (changes.length === 0) return []
   try {
     const { nodes, escape } = parse(changes.join('\n'))
-    const judge = new Judge({ checkImage }, escape, new Map(), [])
+    const judge = new Judge({ checkImage }, escape)
     const state: State = { env: [], args: new BuildArgs({}), user: undefined, onBuild: [] }
     for (const node of nodes) {
       if (!CHANGE_COMMANDS.has(node.cmd)) throw new GatewayError('BODY_INVALID', `${node.cmd} is not a valid change command`)

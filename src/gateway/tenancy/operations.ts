@@ -917,9 +917,10 @@ const imagePull: Handler = async (call) => {
   // ImportImage): no name to judge; the owner labels below make it the tenant's.
   const repo = call.query.get('repo') ?? ''
   if (repo !== '') namedImage(call, 'imported image')
-  // The imported image is the tenant's: owner labels set last by a change of the gateway's own.
+  // The imported image is the tenant's: owner labels set last by a change of the gateway's own;
+  // its id is the last progress line's status.
   await stampChanges(call)
-  recordMade(call)
+  call.respond = observed((line) => { record(call, line?.status) })
 }
 
 /**
@@ -1053,8 +1054,8 @@ const imageBuild: Handler = async (call) => {
   const all = { ...labels, [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject }
   // Per-tenant image names: "Successfully tagged myapp:latest", as on a private engine.
   // Every stage's image the builder reports (aux ID) is the tenant's: its cache sources from now on.
-  const made = (line: any): void => { if (typeof line?.aux?.ID === 'string') call.r.provenance.record(call.tenant, line.aux.ID, call.op.id) }
-  call.respond = call.names.privateImages ? buildProgress(call, Object.keys(all), pins, made) : { kind: 'lines', keep: async (line) => { made(line); return true } }
+  const made = (line: any): void => { record(call, line?.aux?.ID) }
+  call.respond = call.names.privateImages ? buildProgress(call, Object.keys(all), pins, made) : observed(made)
   call.setQuery('labels', JSON.stringify(all))
   call.patch.push({ op: 'add', path: '/query/labels', value: { [TENANT_LABEL]: call.tenant, [SUBJECT_LABEL]: call.subject } })
 }
@@ -1217,21 +1218,14 @@ async function ownCache (call: Call): Promise<void> {
   call.patch.push({ op: 'add', path: '/query/cachefrom', value: cacheFrom })
 }
 
-/** The engine's answer to a commit (`Id`) or an import (a last `status` that is the id) records the image as the tenant's (provenance.ts). */
-function recordMade (call: Call): void {
-  const before = call.respond
-  const record = (id: unknown): void => { if (typeof id === 'string') call.r.provenance.record(call.tenant, id, call.op.id) }
-  if (call.op.id === 'ImageCommit') {
-    if (before !== undefined && before.kind !== 'json') throw new Error('ImageCommit: the answer is filtered twice')
-    call.respond = { kind: 'json', transform: async (b: any) => { record(b?.Id); return before === undefined ? b : await before.transform(b) } }
-    return
-  }
-  if (before !== undefined && before.kind !== 'lines') throw new Error('ImageCreate: the answer is filtered twice')
-  call.respond = {
-    kind: 'lines',
-    keep: async (l: any) => { if (/^sha256:[0-9a-f]{64}$/.test(l?.status ?? '')) record(l.status); return before === undefined ? true : await before.keep(l) },
-    ...(before?.view ? { view: before.view } : {}),
-  }
+/** An image id the engine's answer names, made by the caller's tenant (provenance.ts ignores anything else). */
+function record (call: Call, id: unknown): void {
+  if (typeof id === 'string') call.r.provenance.record(call.tenant, id, call.op.id)
+}
+
+/** A stream of JSON lines passed on as the engine wrote it, each line seen first. */
+function observed (see: (line: any) => void): ResponseFilter {
+  return { kind: 'lines', keep: async (line) => { see(line); return true } }
 }
 
 /**
@@ -1282,7 +1276,7 @@ const imageCommit: Handler = async (call) => {
   const triggers = [...list(bodyAt(call, 'OnBuild')), ...list(container.body?.Config?.OnBuild)].map(str)
   await judgeTriggers(triggers, async (ref) => await buildImage(call, ref))
   await stampChanges(call)
-  recordMade(call)
+  call.respond = { kind: 'json', transform: (b: any) => { record(call, b?.Id); return b } }
 }
 
 const imageList: Handler = async (call) => {
